@@ -1,0 +1,98 @@
+""" Mimetic initialization of self-attention.
+
+Trockman & Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023, https://arxiv.org/abs/2305.09828
+
+Pre-trained ViTs have W_q W_k^T close to a positive multiple of the identity and W_v W_proj close to a negative one.
+Mimetic init writes those products in closed form, per block, for width D, h heads, head dim k = D / h:
+
+    Q/K, per head:  A = a1 Z + s_qk b1 I,  Z ~ N(0, I / D) (D x D),  A = U S V^T,
+                    W_q = U_k S_k^1/2,  W_k = V_k S_k^1/2   ->  W_q W_k^T = best rank-k approximation of A
+    V/proj:         B = a2 Z' + s_vp b2 I,  W_v = U S^1/2,  W_proj = S^1/2 V^T   ->  W_v W_proj = B exactly
+
+with a1 = b1 = 0.7, a2 = b2 = 0.4, s_qk = +1, s_vp = -1 by default (the vision pattern; the paper's language models
+show the opposite signs). Public ports differ from this in ways this module does not copy: some write V and proj
+untransposed (so the math product becomes (R L)^T, not B), swap the two constant pairs, or draw Z uniformly;
+`noise_dist='uniform'` reproduces the last one (variance 1 / D, as in the structured-init authors' baseline).
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+import torch
+from torch import nn
+
+from .attention import head_dim_of, write_qk_, write_vproj_, zero_attention_bias_
+from .linalg import balanced_factors, truncated_factors
+
+__all__ = ['MimeticCfg', 'draw_mimetic_targets', 'mimetic_init_']
+
+
+_NONNEG = {'range': (0.0, float('inf'))}
+_SIGN = {'choices': (1, -1)}
+
+
+@dataclass(frozen=True)
+class MimeticCfg:
+    """ Hyperparameters of mimetic init; names follow the roles of a1, b1, a2, b2 in the paper. """
+    qk_noise: float = field(default=0.7, metadata=_NONNEG)         # a1
+    qk_identity: float = field(default=0.7, metadata=_NONNEG)      # b1
+    # sign of the identity in A: +1 vision, -1 the paper's language-model pattern
+    qk_sign: int = field(default=1, metadata=_SIGN)
+    vproj_noise: float = field(default=0.4, metadata=_NONNEG)      # a2
+    vproj_identity: float = field(default=0.4, metadata=_NONNEG)   # b2
+    vproj_sign: int = field(default=-1, metadata=_SIGN)            # sign of the identity in B: -1 vision, +1 language
+    noise_dist: str = field(default='normal', metadata={'choices': ('normal', 'uniform')})  # uniform: variance 1 / D
+    vproj: bool = True  # also write V/proj (False: Q/K only)
+
+
+def _noise(shape, dim: int, dist: str, generator: torch.Generator) -> torch.Tensor:
+    if dist == 'normal':
+        return torch.empty(shape).normal_(0.0, 1.0 / math.sqrt(dim), generator=generator)
+    # uniform on +-sqrt(3 / D) has variance 1 / D
+    return (torch.rand(shape, generator=generator, dtype=torch.float32) * 2 - 1) * math.sqrt(3 / dim)
+
+
+def draw_mimetic_targets(
+        dim: int,
+        num_heads: int,
+        num_layers: int,
+        cfg: MimeticCfg,
+        generator: torch.Generator,
+) -> Dict[str, torch.Tensor]:
+    """ The matrices mimetic init factorizes, in float32: 'qk' (layers, heads, D, D) A, 'vproj' (layers, D, D) B.
+
+    All Q/K draws come first, then all V/proj draws, so the same generator state always gives the same targets;
+    tests rebuild them from a model's seed to check the written products.
+    """
+    eye = torch.eye(dim)
+    qk = cfg.qk_noise * _noise((num_layers, num_heads, dim, dim), dim, cfg.noise_dist, generator)
+    qk = qk + cfg.qk_sign * cfg.qk_identity * eye
+    out = {'qk': qk}
+    if cfg.vproj:
+        vproj = cfg.vproj_noise * _noise((num_layers, dim, dim), dim, cfg.noise_dist, generator)
+        out['vproj'] = vproj + cfg.vproj_sign * cfg.vproj_identity * eye
+    return out
+
+
+@torch.no_grad()
+def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator) -> Dict[str, Any]:
+    """ Write mimetic Q/K (and V/proj) weights into fused-qkv attention modules of equal width; zero their biases.
+
+    One batched factorization covers every head of every layer. Returns a record of what was written.
+    """
+    dim, heads = attns[0].qkv.in_features, attns[0].num_heads
+    if any(a.qkv.in_features != dim or a.num_heads != heads for a in attns):
+        raise ValueError('mimetic_init_ expects attention modules of equal width and head count')
+    k = head_dim_of(attns[0])
+    targets = draw_mimetic_targets(dim, heads, len(attns), cfg, generator)
+    wq, wk = truncated_factors(targets['qk'].reshape(-1, dim, dim), k)
+    wq, wk = wq.reshape(len(attns), heads, dim, k), wk.reshape(len(attns), heads, dim, k)
+    if cfg.vproj:
+        wv, wproj = balanced_factors(targets['vproj'])
+    for i, attn in enumerate(attns):
+        dtype = attn.qkv.weight.dtype
+        write_qk_(attn, wq[i].to(dtype), wk[i].to(dtype))
+        if cfg.vproj:
+            write_vproj_(attn, wv[i].to(dtype), wproj[i].to(dtype))
+        zero_attention_bias_(attn, qk=True, vproj=cfg.vproj)
+    return {'num_layers': len(attns), 'num_heads': heads, 'head_dim': k}

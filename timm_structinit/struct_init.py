@@ -1,0 +1,138 @@
+""" The registry of structured attention inits and `apply_init`, the one entry point every model uses.
+
+An init is a name, a frozen dataclass of hyperparameters (each field's metadata gives its valid range or choices),
+and a function `apply(model, attns, cfg, generator) -> record` that writes weights in place. Presets are the same
+function with other defaults (`impulse2025` is `impulse` with the 2025 paper's settings). Hyperparameters are checked
+before any weight is touched, and every error names the bad value and what would be valid.
+"""
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+from torch import nn
+
+from .attention import find_attention
+from .mimetic import MimeticCfg, mimetic_init_
+
+__all__ = ['StructInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init', 'model_geometry']
+
+
+@dataclass(frozen=True)
+class StructInit:
+    name: str
+    cfg_cls: type
+    apply: Callable[[nn.Module, List[nn.Module], Any, torch.Generator], Dict[str, Any]]
+    preset: Dict[str, Any] = field(default_factory=dict)
+    description: str = ''
+    # check_model(cfg, geometry) raises ValueError when the init cannot apply to a model of that shape;
+    # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens
+    check_model: Optional[Callable[[Any, Dict[str, Any]], None]] = None
+
+
+_INITS: Dict[str, StructInit] = {}
+
+
+def register_init(init: StructInit) -> StructInit:
+    _INITS[init.name] = init
+    return init
+
+
+def list_inits() -> List[str]:
+    return sorted(_INITS)
+
+
+def get_init(name: str) -> StructInit:
+    if not isinstance(name, str) or name not in _INITS:
+        raise ValueError(f'unknown struct_init {name!r}; valid: {", ".join(list_inits())}')
+    return _INITS[name]
+
+
+def _check_value(cls_name: str, f: dataclasses.Field, value: Any) -> Any:
+    meta = f.metadata
+    where = f'{cls_name}.{f.name}'
+    if 'choices' in meta:
+        if value not in meta['choices'] or isinstance(value, bool) != isinstance(meta['choices'][0], bool):
+            raise ValueError(f'{where}={value!r} is not valid; choose one of {list(meta["choices"])}')
+        return value
+    if f.type in (bool, 'bool'):
+        if not isinstance(value, bool):
+            raise ValueError(f'{where}={value!r} must be True or False')
+        return value
+    if f.type in (int, 'int'):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f'{where}={value!r} must be an integer')
+        value = int(value)
+    elif f.type in (float, 'float'):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f'{where}={value!r} must be a finite number')
+        value = float(value)
+    if 'range' in meta:
+        low, high = meta['range']
+        if not low <= value <= high:
+            raise ValueError(f'{where}={value!r} is out of range; valid: {low} <= {f.name} <= {high}')
+    if 'check' in meta:
+        meta['check'](where, value)
+    return value
+
+
+def make_init_cfg(name: str, **kwargs) -> Any:
+    """ The validated hyperparameter dataclass of init `name`: its preset, overridden by kwargs. """
+    init = get_init(name)
+    fields = {f.name: f for f in dataclasses.fields(init.cfg_cls)}
+    unknown = sorted(set(kwargs) - set(fields))
+    if unknown:
+        raise ValueError(f'unknown hyperparameter(s) {unknown} for struct_init {name!r}; valid: {sorted(fields)}')
+    values = {**init.preset, **kwargs}
+    checked = {k: _check_value(init.cfg_cls.__name__, fields[k], v) for k, v in values.items()}
+    cfg = init.cfg_cls(**checked)
+    post = getattr(cfg, 'validate', None)
+    if post is not None:
+        post()
+    return cfg
+
+
+def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, **kwargs) -> Dict[str, Any]:
+    """ Apply structured init `name` to a timm ViT-style model in place and return its init record.
+
+    Works on any model with timm's fused-qkv attention, e.g.
+    `apply_init(timm.create_model('deit_small_patch16_224'), 'mimetic')`. Only attention weights (and, for
+    inits that say so, nothing else) change. `seed` makes the result reproducible bit for bit on one machine;
+    without it, a seed is drawn from torch's global generator (so `torch.manual_seed` governs it) and recorded.
+    The record is also stored as `model.struct_init_record`.
+    """
+    init = get_init(name)
+    cfg = make_init_cfg(name, **kwargs)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise ValueError(f'seed={seed!r} must be a non-negative integer or None')
+    attns = find_attention(model)
+    if init.check_model is not None:
+        init.check_model(cfg, model_geometry(model, attns))
+    if seed is None:
+        seed = int(torch.randint(0, 2 ** 62, (1,)).item())
+    generator = torch.Generator().manual_seed(int(seed))
+    record = {'method': name, 'seed': int(seed), 'cfg': dataclasses.asdict(cfg)}
+    record.update(init.apply(model, attns, cfg, generator))
+    model.struct_init_record = record
+    return record
+
+
+def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
+    """ What a position-aware init needs to know of a model: patch grid, width, heads, prefix tokens. """
+    patch_embed = getattr(model, 'patch_embed', None)
+    grid = tuple(patch_embed.grid_size) if getattr(patch_embed, 'grid_size', None) is not None else None
+    return dict(
+        grid_size=grid, embed_dim=attns[0].qkv.in_features, num_heads=attns[0].num_heads,
+        num_prefix_tokens=int(getattr(model, 'num_prefix_tokens', 0)))
+
+
+def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator):
+    return mimetic_init_(attns, cfg, generator)
+
+
+register_init(StructInit(
+    'mimetic', MimeticCfg, _apply_mimetic,
+    description='Trockman & Kolter 2023: W_q W_k^T ~ +I (rank-k per head), W_v W_proj ~ -I',
+))

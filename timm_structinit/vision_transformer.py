@@ -1,0 +1,269 @@
+""" Vision Transformer with a fixed sin-cos position embedding and structured attention inits.
+
+A thin subclass of timm's `VisionTransformer` (Dosovitskiy et al. 2020, https://arxiv.org/abs/2010.11929) adding:
+
+* `pos_embed='sincos'`: a fixed 2D sin-cos absolute position embedding. It is a frozen parameter (in the state dict,
+  skipped by timm's optimizer factory), regenerated exactly, never interpolated, when the grid changes through
+  `set_input_size` or per batch with `dynamic_img_size=True`. Class and register tokens get a zero row (no position),
+  as in MAE; with `no_embed_class=True` there is no such row.
+* `struct_init=NAME` (+ `struct_init_kwargs`, `struct_init_seed`): a structured attention init from
+  `timm_structinit.list_inits()`, applied inside `init_weights` after timm's own init, so `model.init_weights()`
+  re-applies it, `weight_init='skip'` skips it, and every weight the init does not own keeps timm's init.
+
+Registered variants reproduce the setups of
+* Mimetic init: Trockman & Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023,
+  https://arxiv.org/abs/2305.09828 (class token, sin-cos, ViT-T/2 on 32x32),
+* Impulse (structured) init: Zheng, Li, Saratchandran & Lucey, "Structured Initialization for Attention in Vision
+  Transformers", https://arxiv.org/abs/2404.01139 (average pooling, sin-cos), and "Structured Initialization for
+  Vision Transformers", NeurIPS 2025, https://arxiv.org/abs/2505.19985.
+"""
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import nn
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import to_2tuple
+from timm.models import VisionTransformer, build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.vision_transformer import checkpoint_filter_fn
+
+from .pos_embed import check_sincos_dim, sincos_pos_embed
+from .struct_init import apply_init, get_init, make_init_cfg
+
+__all__ = ['StructVisionTransformer', 'CIFAR10_MEAN', 'CIFAR10_STD']
+
+# per-channel mean and std of the CIFAR-10 training images (pixel statistics, not the often-quoted batch-std values)
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+class StructVisionTransformer(VisionTransformer):
+    """ timm VisionTransformer + fixed sin-cos position embedding + structured attention init.
+
+    Accepts every `VisionTransformer` argument. Additional / extended arguments:
+        pos_embed: 'learn' (timm), 'none', or 'sincos' (fixed 2D sin-cos, prefix tokens get a zero row).
+        struct_init: name of a structured init (`timm_structinit.list_inits()`), or None for timm's init alone.
+        struct_init_kwargs: hyperparameters of that init (validated before the model is built).
+        struct_init_seed: seed of the init's own generator; None draws one from torch's global generator,
+            so `torch.manual_seed` before `create_model` fixes every weight. The seed used is in
+            `model.struct_init_record`.
+    """
+
+    def __init__(
+            self,
+            *args,
+            pos_embed: str = 'learn',
+            struct_init: Optional[str] = None,
+            struct_init_kwargs: Optional[Dict[str, Any]] = None,
+            struct_init_seed: Optional[int] = None,
+            **kwargs,
+    ) -> None:
+        embed_dim, num_heads = kwargs.get('embed_dim', 768), kwargs.get('num_heads', 12)
+        if num_heads < 1 or embed_dim % num_heads:
+            raise ValueError(
+                f'embed_dim={embed_dim} is not divisible by num_heads={num_heads}; '
+                f'valid num_heads divide embed_dim (e.g. {[h for h in (1, 2, 3, 4, 6, 8, 12, 16) if embed_dim % h == 0]})')
+        if pos_embed not in ('learn', 'none', '', 'sincos'):
+            raise ValueError(f"pos_embed={pos_embed!r} is not valid; choose 'learn', 'sincos' or 'none'")
+        if kwargs.get('global_pool', 'token') == 'token' and not kwargs.get('class_token', True):
+            raise ValueError("global_pool='token' needs a class token; use global_pool='avg' with class_token=False")
+        if pos_embed == 'sincos':
+            check_sincos_dim(embed_dim)
+        # attributes read by init_weights(), which VisionTransformer.__init__ calls: set them first
+        self.sincos_pos_embed = pos_embed == 'sincos'
+        self.struct_init = struct_init
+        self.struct_init_kwargs = dict(struct_init_kwargs or {})
+        self.struct_init_seed = struct_init_seed
+        self.struct_init_record: Optional[Dict[str, Any]] = None
+        if struct_init is not None:
+            cfg = make_init_cfg(struct_init, **self.struct_init_kwargs)
+            check = get_init(struct_init).check_model
+            if check is not None:
+                check(cfg, self._geometry_from_args(embed_dim, num_heads, kwargs))
+        super().__init__(*args, pos_embed='learn' if self.sincos_pos_embed else pos_embed, **kwargs)
+        if self.sincos_pos_embed:
+            self.pos_embed.requires_grad_(False)
+            self._reset_sincos()  # also when weight_init='skip' left it uninitialized
+
+    @staticmethod
+    def _geometry_from_args(embed_dim: int, num_heads: int, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        img_size, patch_size = to_2tuple(kwargs.get('img_size', 224)), to_2tuple(kwargs.get('patch_size', 16))
+        grid = (img_size[0] // patch_size[0], img_size[1] // patch_size[1])
+        prefix = int(kwargs.get('class_token', True)) + kwargs.get('reg_tokens', 0)
+        return dict(grid_size=grid, embed_dim=embed_dim, num_heads=num_heads, num_prefix_tokens=prefix)
+
+    def _sincos_table(self, grid_size: Tuple[int, int]) -> torch.Tensor:
+        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        return sincos_pos_embed(
+            grid_size, self.embed_dim, num_prefix_tokens=prefix,
+            dtype=self.pos_embed.dtype, device=self.pos_embed.device)
+
+    @torch.no_grad()
+    def _reset_sincos(self) -> None:
+        self.pos_embed.copy_(self._sincos_table(self.patch_embed.grid_size))
+
+    def init_weights(self, mode: str = '', needs_reset: bool = True) -> None:
+        super().init_weights(mode, needs_reset=needs_reset)
+        if self.sincos_pos_embed:
+            self._reset_sincos()
+        if self.struct_init is not None:
+            apply_init(self, self.struct_init, seed=self.struct_init_seed, **self.struct_init_kwargs)
+
+    def set_input_size(self, img_size=None, patch_size=None) -> None:
+        super().set_input_size(img_size=img_size, patch_size=patch_size)
+        if self.sincos_pos_embed:
+            # timm resampled the table by interpolation; a fixed embedding is rebuilt exactly for the new grid
+            self.pos_embed = nn.Parameter(self._sincos_table(self.patch_embed.grid_size), requires_grad=False)
+
+    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.sincos_pos_embed and self.dynamic_img_size):
+            return super()._pos_embed(x)
+        B, H, W, C = x.shape
+        pos_embed = self.pos_embed if (H, W) == tuple(self.patch_embed.grid_size) else self._sincos_table((H, W))
+        x = x.view(B, -1, C)
+        prefix = []
+        if self.cls_token is not None:
+            prefix.append(self.cls_token.expand(B, -1, -1))
+        if self.reg_token is not None:
+            prefix.append(self.reg_token.expand(B, -1, -1))
+        if self.no_embed_class:
+            x = torch.cat(prefix + [x + pos_embed], dim=1)
+        else:
+            x = torch.cat(prefix + [x], dim=1) + pos_embed
+        return self.pos_drop(x)
+
+
+def _create(variant: str, pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    out_indices = kwargs.pop('out_indices', 3)
+    return build_model_with_cfg(
+        StructVisionTransformer,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )
+
+
+_MIMETIC_PAPER = ('arXiv:2305.09828',)
+_IMPULSE_PAPER = ('arXiv:2404.01139', 'arXiv:2505.19985')
+
+
+def _cfg32(**kwargs) -> Dict[str, Any]:
+    return {
+        'url': '', 'num_classes': 10, 'input_size': (3, 32, 32), 'pool_size': None, 'crop_pct': 1.0,
+        'interpolation': 'bicubic', 'fixed_input_size': True, 'mean': CIFAR10_MEAN, 'std': CIFAR10_STD,
+        'first_conv': 'patch_embed.proj', 'classifier': 'head', 'license': 'apache-2.0', **kwargs,
+    }
+
+
+def _cfg224(**kwargs) -> Dict[str, Any]:
+    return {
+        'url': '', 'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None, 'crop_pct': 0.9,
+        'interpolation': 'bicubic', 'fixed_input_size': True, 'mean': IMAGENET_DEFAULT_MEAN,
+        'std': IMAGENET_DEFAULT_STD, 'first_conv': 'patch_embed.proj', 'classifier': 'head',
+        'license': 'apache-2.0', **kwargs,
+    }
+
+
+# bases: fixed sin-cos PE with a class token (mimetic paper) or with average pooling and no class token (impulse paper)
+_TOKEN_SINCOS = dict(pos_embed='sincos', class_token=True, global_pool='token')
+_GAP_SINCOS = dict(pos_embed='sincos', class_token=False, global_pool='avg')
+_TINY = dict(embed_dim=192, depth=12, num_heads=3)
+_SMALL = dict(embed_dim=384, depth=12, num_heads=6)
+_BASE = dict(embed_dim=768, depth=12, num_heads=12)
+
+default_cfgs = generate_default_cfgs({
+    'vit_tiny_patch2_32': _cfg32(description='timm defaults (learned PE, class token): the plain baseline'),
+    'vit_tiny_patch2_32_sincos': _cfg32(description='class token + fixed sin-cos PE', paper_ids=_MIMETIC_PAPER),
+    'vit_tiny_patch2_32_gap_sincos': _cfg32(
+        description='average pooling + fixed sin-cos PE', paper_ids=_IMPULSE_PAPER),
+    'vit_tiny_patch2_32_mimetic': _cfg32(description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+    'vit_small_patch2_32': _cfg32(description='timm defaults (learned PE, class token): the plain baseline'),
+    'vit_small_patch2_32_sincos': _cfg32(description='class token + fixed sin-cos PE', paper_ids=_MIMETIC_PAPER),
+    'vit_small_patch2_32_gap_sincos': _cfg32(
+        description='average pooling + fixed sin-cos PE', paper_ids=_IMPULSE_PAPER),
+    'vit_small_patch2_32_mimetic': _cfg32(description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+    'vit_tiny_patch16_224_mimetic': _cfg224(
+        description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+    'vit_small_patch16_224_mimetic': _cfg224(
+        description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+    'vit_base_patch16_224_mimetic': _cfg224(
+        description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+})
+
+
+@register_model
+def vit_tiny_patch2_32(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/2 on 32x32 with timm's defaults (learned PE, class token): the plain baseline. """
+    model_args = dict(img_size=32, patch_size=2, **_TINY)
+    return _create('vit_tiny_patch2_32', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_tiny_patch2_32_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/2 on 32x32, class token + fixed sin-cos PE: the mimetic paper's base. """
+    model_args = dict(img_size=32, patch_size=2, **_TINY, **_TOKEN_SINCOS)
+    return _create('vit_tiny_patch2_32_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_tiny_patch2_32_gap_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/2 on 32x32, average pooling + fixed sin-cos PE, no class token: the structured-init paper's base. """
+    model_args = dict(img_size=32, patch_size=2, **_TINY, **_GAP_SINCOS)
+    return _create('vit_tiny_patch2_32_gap_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_tiny_patch2_32_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/2 on 32x32 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
+    model_args = dict(img_size=32, patch_size=2, **_TINY, **_TOKEN_SINCOS, struct_init='mimetic')
+    return _create('vit_tiny_patch2_32_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_small_patch2_32(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/2 on 32x32 with timm's defaults (learned PE, class token): the plain baseline. """
+    model_args = dict(img_size=32, patch_size=2, **_SMALL)
+    return _create('vit_small_patch2_32', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_small_patch2_32_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/2 on 32x32, class token + fixed sin-cos PE: the mimetic paper's base. """
+    model_args = dict(img_size=32, patch_size=2, **_SMALL, **_TOKEN_SINCOS)
+    return _create('vit_small_patch2_32_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_small_patch2_32_gap_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/2 on 32x32, average pooling + fixed sin-cos PE, no class token: the structured-init paper's base. """
+    model_args = dict(img_size=32, patch_size=2, **_SMALL, **_GAP_SINCOS)
+    return _create('vit_small_patch2_32_gap_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_small_patch2_32_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/2 on 32x32 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
+    model_args = dict(img_size=32, patch_size=2, **_SMALL, **_TOKEN_SINCOS, struct_init='mimetic')
+    return _create('vit_small_patch2_32_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_tiny_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
+    model_args = dict(patch_size=16, **_TINY, **_TOKEN_SINCOS, struct_init='mimetic')
+    return _create('vit_tiny_patch16_224_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_small_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
+    model_args = dict(patch_size=16, **_SMALL, **_TOKEN_SINCOS, struct_init='mimetic')
+    return _create('vit_small_patch16_224_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_base_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Base/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
+    model_args = dict(patch_size=16, **_BASE, **_TOKEN_SINCOS, struct_init='mimetic')
+    return _create('vit_base_patch16_224_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
