@@ -1,0 +1,130 @@
+""" Every registered model builds through timm's factory, runs, saves and resizes its fixed sin-cos table exactly. """
+import pytest
+import timm
+import timm.optim
+import torch
+
+import timm_structinit
+from timm_structinit.pos_embed import sincos_pos_embed
+from timm_structinit.vision_transformer import default_cfgs
+
+REGISTERED = sorted(default_cfgs)
+SMALL = dict(depth=2)  # the registered width and heads, fewer blocks: fast but the real per-block shapes
+
+
+def test_registered_names():
+    for size in ('tiny', 'small'):
+        for suffix in ('', '_sincos', '_gap_sincos', '_mimetic'):
+            assert f'vit_{size}_patch2_32{suffix}' in timm.list_models()
+    for size in ('tiny', 'small', 'base'):
+        assert f'vit_{size}_patch16_224_mimetic' in timm.list_models()
+
+
+@pytest.mark.parametrize('name', REGISTERED)
+def test_pretrained_cfg(name):
+    model = timm.create_model(name, **SMALL)
+    cfg = model.pretrained_cfg
+    if '_32' in name:
+        assert cfg['input_size'] == (3, 32, 32) and cfg['crop_pct'] == 1.0 and cfg['num_classes'] == 10
+        assert cfg['mean'] == timm_structinit.CIFAR10_MEAN and cfg['std'] == timm_structinit.CIFAR10_STD
+        assert model.num_classes == 10
+    else:
+        assert cfg['input_size'] == (3, 224, 224) and cfg['num_classes'] == 1000
+    assert cfg['architecture'] == name and cfg['first_conv'] == 'patch_embed.proj'
+
+
+@pytest.mark.parametrize('name', REGISTERED)
+def test_forward_backward_features_roundtrip(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=7, **SMALL)
+    size = model.pretrained_cfg['input_size'][1:]
+    x = torch.randn(2, 3, *size)
+    out = model(x)
+    assert out.shape == (2, 7)
+    out.logsumexp(-1).sum().backward()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in trainable)
+    if model.sincos_pos_embed:
+        assert not model.pos_embed.requires_grad and model.pos_embed.grad is None
+
+    tokens = model.patch_embed.num_patches + model.num_prefix_tokens
+    assert model.forward_features(x).shape == (2, tokens, model.embed_dim)
+    features = timm.create_model(name, num_classes=0, **SMALL)
+    assert features(x).shape == (2, features.num_features)
+
+    clone = timm.create_model(name, num_classes=7, **SMALL)
+    state = model.state_dict()
+    assert 'pos_embed' in state
+    clone.load_state_dict(state)
+    model.eval(), clone.eval()
+    for key, value in clone.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    with torch.no_grad():
+        assert torch.equal(model(x), clone(x))
+
+
+@pytest.mark.parametrize('name', [n for n in REGISTERED if '_32' in n and n.split('_')[-1] != '32'])
+def test_sincos_regenerated_on_resize(name):
+    model = timm.create_model(name, **SMALL)
+    prefix = model.num_prefix_tokens
+    assert torch.equal(model.pos_embed, sincos_pos_embed((16, 16), model.embed_dim, num_prefix_tokens=prefix))
+    if prefix:
+        assert torch.count_nonzero(model.pos_embed[0, :prefix]) == 0  # class token carries no position
+    model.set_input_size(img_size=(48, 40))
+    fresh = timm.create_model(name, img_size=(48, 40), **SMALL)
+    assert model.pos_embed.shape == fresh.pos_embed.shape == (1, prefix + 24 * 20, model.embed_dim)
+    assert torch.equal(model.pos_embed, fresh.pos_embed)
+    assert not model.pos_embed.requires_grad
+    assert model(torch.randn(1, 3, 48, 40)).shape == (1, 10)
+
+
+def test_dynamic_img_size_uses_exact_table():
+    model = timm.create_model('vit_tiny_patch2_32_gap_sincos', dynamic_img_size=True, **SMALL).eval()
+    fixed = timm.create_model('vit_tiny_patch2_32_gap_sincos', img_size=(40, 24), **SMALL).eval()
+    fixed.load_state_dict({k: v for k, v in model.state_dict().items() if k != 'pos_embed'}, strict=False)
+    x = torch.randn(2, 3, 40, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward_features(x), fixed.forward_features(x))
+
+
+@pytest.mark.parametrize('overrides', [
+    dict(num_heads=8), dict(num_classes=100), dict(depth=3), dict(img_size=48), dict(drop_path_rate=0.1),
+    dict(global_pool='avg'), dict(qkv_bias=False),
+])
+def test_overrides(overrides):
+    model = timm.create_model('vit_tiny_patch2_32_mimetic', **{**SMALL, **overrides})
+    for key, value in overrides.items():
+        if key == 'num_heads':
+            assert model.blocks[0].attn.num_heads == value
+        elif key == 'img_size':
+            assert model.patch_embed.img_size == (value, value)
+        elif key == 'depth':
+            assert len(model.blocks) == value
+        elif key == 'qkv_bias':
+            assert model.blocks[0].attn.qkv.bias is None
+        elif key == 'global_pool':
+            assert model.global_pool == value
+        elif key == 'num_classes':
+            assert model.num_classes == value
+    size = model.patch_embed.img_size
+    model(torch.randn(1, 3, *size)).sum().backward()
+
+
+def test_sincos_frozen_in_optimizer():
+    model = timm.create_model('vit_tiny_patch2_32_sincos', **SMALL)
+    optimizer = timm.optim.create_optimizer_v2(model, 'adamw', lr=1e-3)
+    params = {id(p) for group in optimizer.param_groups for p in group['params']}
+    assert id(model.pos_embed) not in params
+
+
+@pytest.mark.parametrize('kwargs, words', [
+    (dict(embed_dim=190, num_heads=3), ['embed_dim=190', 'num_heads=3']),
+    (dict(pos_embed='fourier'), ["'fourier'", 'sincos']),
+    (dict(embed_dim=66, num_heads=3, pos_embed='sincos'), ['embed_dim=66', 'divisible by 4']),
+    (dict(class_token=False, global_pool='token'), ['token', 'avg']),
+])
+def test_bad_model_args(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        timm.create_model('vit_tiny_patch2_32', **kwargs)
+    for word in words:
+        assert word in str(err.value)
