@@ -24,7 +24,7 @@ from torch import nn
 from .attention import head_dim_of, write_qk_, write_vproj_, zero_attention_bias_
 from .linalg import balanced_factors, truncated_factors
 
-__all__ = ['MimeticCfg', 'draw_mimetic_targets', 'mimetic_init_']
+__all__ = ['MimeticCfg', 'draw_mimetic_targets', 'mimetic_init_', 'mimetic_vproj_init_']
 
 
 _NONNEG = {'range': (0.0, float('inf'))}
@@ -96,3 +96,14 @@ def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Gene
             write_vproj_(attn, wv[i].to(dtype), wproj[i].to(dtype))
         zero_attention_bias_(attn, qk=True, vproj=cfg.vproj)
     return {'num_layers': len(attns), 'num_heads': heads, 'head_dim': k}
+
+
+@torch.no_grad()
+def mimetic_vproj_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator) -> None:
+    """ Write only the mimetic V/proj product B = a2 Z' + s_vp b2 I (the 2025 impulse init does this). """
+    dim = attns[0].qkv.in_features
+    noise = cfg.vproj_noise * _noise((len(attns), dim, dim), dim, cfg.noise_dist, generator)
+    wv, wproj = balanced_factors(noise + cfg.vproj_sign * cfg.vproj_identity * torch.eye(dim))
+    for i, attn in enumerate(attns):
+        write_vproj_(attn, wv[i].to(attn.qkv.weight.dtype), wproj[i].to(attn.qkv.weight.dtype))
+        zero_attention_bias_(attn, qk=False, vproj=True)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .attention import find_attention
+from .impulse_init import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
 from .mimetic import MimeticCfg, mimetic_init_
 
 __all__ = ['StructInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init', 'model_geometry']
@@ -135,4 +136,12 @@ def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, ge
 register_init(StructInit(
     'mimetic', MimeticCfg, _apply_mimetic,
     description='Trockman & Kolter 2023: W_q W_k^T ~ +I (rank-k per head), W_v W_proj ~ -I',
+))
+register_init(StructInit(
+    'impulse', ImpulseCfg, impulse_init_, check_model=check_impulse_model,
+    description='Zheng et al. 2024: each head starts as a random f x f impulse filter (capped solve, sin-cos input)',
+))
+register_init(StructInit(
+    'impulse2025', ImpulseCfg, impulse_init_, preset=IMPULSE2025, check_model=check_impulse_model,
+    description='Zheng et al. 2025: closed-form impulse Q/K (SVD, factors at norm 7), mimetic V/proj, x18 PE',
 ))

@@ -132,6 +132,15 @@ class StructVisionTransformer(VisionTransformer):
         return self.pos_drop(x)
 
 
+def _merge_args(model_args: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """ A variant's args overridden by the caller's; `struct_init_kwargs` are merged key by key, so that
+    `struct_init_kwargs=dict(solver='adam')` on an impulse-5 model keeps its kernel_size=5. """
+    merged = dict(model_args, **kwargs)
+    if 'struct_init_kwargs' in model_args and 'struct_init_kwargs' in kwargs:
+        merged['struct_init_kwargs'] = {**model_args['struct_init_kwargs'], **(kwargs['struct_init_kwargs'] or {})}
+    return merged
+
+
 def _create(variant: str, pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     out_indices = kwargs.pop('out_indices', 3)
     return build_model_with_cfg(
@@ -189,6 +198,19 @@ default_cfgs = generate_default_cfgs({
         description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
     'vit_base_patch16_224_mimetic': _cfg224(
         description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+    'vit_tiny_patch2_32_impulse3': _cfg32(description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_tiny_patch2_32_impulse5': _cfg32(description='5x5 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_small_patch2_32_impulse3': _cfg32(
+        description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_small_patch2_32_impulse5': _cfg32(
+        description='5x5 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_tiny_patch16_224_impulse3': _cfg224(
+        description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_small_patch16_224_impulse3': _cfg224(
+        description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_base_patch16_224_impulse3': _cfg224(
+        description='3x3 impulse init (random offsets: 12 heads > 9), average pool + sin-cos',
+        paper_ids=_IMPULSE_PAPER),
 })
 
 
@@ -196,74 +218,131 @@ default_cfgs = generate_default_cfgs({
 def vit_tiny_patch2_32(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32 with timm's defaults (learned PE, class token): the plain baseline. """
     model_args = dict(img_size=32, patch_size=2, **_TINY)
-    return _create('vit_tiny_patch2_32', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_tiny_patch2_32', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch2_32_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32, class token + fixed sin-cos PE: the mimetic paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_TOKEN_SINCOS)
-    return _create('vit_tiny_patch2_32_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_tiny_patch2_32_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch2_32_gap_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32, average pooling + fixed sin-cos PE, no class token: the structured-init paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_GAP_SINCOS)
-    return _create('vit_tiny_patch2_32_gap_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_tiny_patch2_32_gap_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch2_32_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_tiny_patch2_32_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_tiny_patch2_32_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32 with timm's defaults (learned PE, class token): the plain baseline. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL)
-    return _create('vit_small_patch2_32', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_small_patch2_32', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32, class token + fixed sin-cos PE: the mimetic paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_TOKEN_SINCOS)
-    return _create('vit_small_patch2_32_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_small_patch2_32_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_gap_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32, average pooling + fixed sin-cos PE, no class token: the structured-init paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_GAP_SINCOS)
-    return _create('vit_small_patch2_32_gap_sincos', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_small_patch2_32_gap_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_small_patch2_32_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_small_patch2_32_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(patch_size=16, **_TINY, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_tiny_patch16_224_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_tiny_patch16_224_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(patch_size=16, **_SMALL, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_small_patch16_224_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_small_patch16_224_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_base_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Base/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(patch_size=16, **_BASE, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_base_patch16_224_mimetic', pretrained=pretrained, **dict(model_args, **kwargs))
+    return _create('vit_base_patch16_224_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+def _impulse(kernel_size: int, **kwargs) -> Dict[str, Any]:
+    return dict(struct_init='impulse', struct_init_kwargs=dict(kernel_size=kernel_size, **kwargs))
+
+
+@register_model
+def vit_tiny_patch2_32_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/2 on 32x32 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
+    model_args = dict(img_size=32, patch_size=2, **_TINY, **_GAP_SINCOS, **_impulse(3))
+    return _create('vit_tiny_patch2_32_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_tiny_patch2_32_impulse5(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/2 on 32x32 with 5x5 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
+    model_args = dict(img_size=32, patch_size=2, **_TINY, **_GAP_SINCOS, **_impulse(5))
+    return _create('vit_tiny_patch2_32_impulse5', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_small_patch2_32_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/2 on 32x32 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
+    model_args = dict(img_size=32, patch_size=2, **_SMALL, **_GAP_SINCOS, **_impulse(3))
+    return _create('vit_small_patch2_32_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_small_patch2_32_impulse5(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/2 on 32x32 with 5x5 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
+    model_args = dict(img_size=32, patch_size=2, **_SMALL, **_GAP_SINCOS, **_impulse(5))
+    return _create('vit_small_patch2_32_impulse5', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_tiny_patch16_224_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/16 on 224x224 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
+    model_args = dict(patch_size=16, **_TINY, **_GAP_SINCOS, **_impulse(3))
+    return _create('vit_tiny_patch16_224_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_small_patch16_224_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/16 on 224x224 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
+    model_args = dict(patch_size=16, **_SMALL, **_GAP_SINCOS, **_impulse(3))
+    return _create('vit_small_patch16_224_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_base_patch16_224_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Base/16 on 224x224 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos.
+
+    Its 12 heads outnumber the 9 offsets of a 3x3 window, so offsets are drawn with replacement ('random', the
+    authors' own policy) instead of the 'distinct' default.
+    """
+    model_args = dict(patch_size=16, **_BASE, **_GAP_SINCOS, **_impulse(3, offsets='random'))
+    return _create('vit_base_patch16_224_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
