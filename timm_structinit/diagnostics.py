@@ -1,0 +1,193 @@
+""" What an init does to attention: products of weight matrices, attention maps, and the papers' figures.
+
+Pure functions compute the quantities (per layer and head); `summarize` turns them into printable rows;
+`plot_layer` draws one layer in the papers' style with matplotlib (imported lazily: an optional dependency).
+"""
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from .attention import find_attention, read_qk, read_vproj
+from .impulse import impulse_target
+from .impulse_solvers import attention_maps, map_metrics
+from .pos_embed import pseudo_input
+
+__all__ = [
+    'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
+    'format_summary', 'plot_layer',
+]
+
+
+def qk_products(attn: nn.Module) -> torch.Tensor:
+    """ W_q W_k^T per head: (heads, D, D). """
+    wq, wk = read_qk(attn)
+    return wq @ wk.transpose(-1, -2)
+
+
+def vproj_product(attn: nn.Module) -> torch.Tensor:
+    """ W_v W_proj: (D, D). """
+    wv, wproj = read_vproj(attn)
+    return wv @ wproj
+
+
+def product_stats(product: torch.Tensor) -> Dict[str, float]:
+    """ Diagonal mean and off-diagonal spread (std) of a square matrix, the papers' summary of a product. """
+    eye = torch.eye(product.shape[-1], dtype=torch.bool)
+    return {'diag_mean': product[eye].mean().item(), 'offdiag_std': product[~eye].std().item()}
+
+
+def _grid(model: nn.Module):
+    patch_embed = getattr(model, 'patch_embed', None)
+    if patch_embed is None or getattr(patch_embed, 'grid_size', None) is None:
+        raise ValueError(f'{type(model).__name__} has no patch grid (patch_embed.grid_size)')
+    return tuple(patch_embed.grid_size)
+
+
+@torch.no_grad()
+def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
+    """ Attention maps of a layer on the 2024 pseudo input (LayerNorm of the grid's sin-cos table): (heads, N, N).
+
+    Patch tokens only: what the impulse init solves on, and a model-independent probe of any init's locality.
+    """
+    attn = find_attention(model)[layer]
+    wq, wk = read_qk(attn)
+    return attention_maps(pseudo_input(_grid(model), attn.qkv.in_features), wq, wk)
+
+
+@torch.no_grad()
+def image_attention_maps(model: nn.Module, layer: int, images: torch.Tensor) -> torch.Tensor:
+    """ A layer's attention probabilities averaged over a batch of images: (heads, tokens, tokens).
+
+    timm's attention runs fused kernels that never materialize the probabilities, so a hook on the attention
+    module's input recomputes them from its own weights (qk norm is refused by `find_attention`).
+    """
+    attn = find_attention(model)[layer]
+    captured = {}
+
+    def hook(module, args):
+        x = args[0]
+        batch, tokens, dim = x.shape
+        qkv = module.qkv(x).reshape(batch, tokens, 3, module.num_heads, dim // module.num_heads)
+        q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
+        probs = (q @ k.transpose(-1, -2) * (dim // module.num_heads) ** -0.5).softmax(-1)
+        captured['maps'] = probs.mean(0)
+
+    handle = attn.register_forward_pre_hook(hook)
+    try:
+        was_training = model.training
+        model.eval()
+        model(images)
+        model.train(was_training)
+    finally:
+        handle.remove()
+    return captured['maps']
+
+
+def summarize(model: nn.Module) -> List[Dict[str, Any]]:
+    """ One row per layer and head: product statistics, and for impulse models offset, hit rate, target mass. """
+    record = getattr(model, 'struct_init_record', None) or {}
+    offsets = record.get('offsets')
+    grid = None
+    try:
+        grid = _grid(model)
+    except ValueError:
+        pass
+    rows = []
+    for layer, attn in enumerate(find_attention(model)):
+        qk = qk_products(attn)
+        vp = product_stats(vproj_product(attn))
+        maps = pseudo_input_maps(model, layer) if grid is not None else None
+        for head in range(attn.num_heads):
+            row = {'layer': layer, 'head': head}
+            row.update({f'qk_{k}': v for k, v in product_stats(qk[head]).items()})
+            row.update({f'vproj_{k}': v for k, v in vp.items()})
+            if offsets is not None and maps is not None:
+                offset = tuple(offsets[layer][head])
+                target = impulse_target(grid, offset, record.get('cfg', {}).get('border', 'zero'))
+                metrics = map_metrics(maps[head:head + 1], target.unsqueeze(0))
+                row.update(offset=offset, hit_rate=metrics['hit_rate'].item(),
+                           target_mass=metrics['target_mass'].item())
+            rows.append(row)
+    return rows
+
+
+def format_summary(rows: Sequence[Dict[str, Any]]) -> str:
+    header = f'{"layer":>5} {"head":>4} {"qk diag":>8} {"qk off sd":>9} {"vp diag":>8} {"vp off sd":>9}'
+    impulse = 'offset' in rows[0]
+    if impulse:
+        header += f' {"offset":>8} {"hit":>6} {"mass":>6}'
+    lines = [header]
+    for r in rows:
+        line = (f'{r["layer"]:5d} {r["head"]:4d} {r["qk_diag_mean"]:8.3f} {r["qk_offdiag_std"]:9.4f} '
+                f'{r["vproj_diag_mean"]:8.3f} {r["vproj_offdiag_std"]:9.4f}')
+        if impulse:
+            line += f' {str(r["offset"]):>8} {r["hit_rate"]:6.3f} {r["target_mass"]:6.3f}'
+        lines.append(line)
+    return '\n'.join(lines)
+
+
+def plot_layer(
+        model: nn.Module,
+        layer: int,
+        out: Path,
+        images: Optional[torch.Tensor] = None,
+        title: str = '',
+        zoom: int = 0,
+) -> Path:
+    """ One figure for one layer: per head, the attention map on the pseudo input (whole and a zoomed corner),
+    the same averaged over real images when given, the map of the centre query as a grid (the filter view), and
+    W_q W_k^T; plus W_v W_proj. Written to a temporary file, then renamed. """
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError as err:  # an optional dependency
+        raise ImportError('figures need matplotlib: pip install "timm-structinit[plots]"') from err
+    attn = find_attention(model)[layer]
+    heads = attn.num_heads
+    grid = _grid(model)
+    n = grid[0] * grid[1]
+    zoom = zoom or min(n, 2 * grid[1] + 2)
+    maps = pseudo_input_maps(model, layer)
+    real = image_attention_maps(model, layer, images) if images is not None else None
+    prefix = real.shape[-1] - n if real is not None else 0
+    qk = qk_products(attn)
+    columns = ['pseudo input', f'zoom {zoom}x{zoom}', 'centre query'] + (
+        ['real images', 'real zoom'] if real is not None else []) + ['W_q W_k^T']
+    fig, axes = plt.subplots(heads + 1, len(columns), figsize=(2.6 * len(columns), 2.6 * (heads + 1)), squeeze=False)
+    centre = (grid[0] // 2) * grid[1] + grid[1] // 2
+    for head in range(heads):
+        panels = [maps[head], maps[head, :zoom, :zoom], maps[head, centre].view(*grid)]
+        if real is not None:
+            patch = real[head, prefix:, prefix:]
+            panels += [patch, patch[:zoom, :zoom]]
+        panels.append(qk[head])
+        for col, panel in enumerate(panels):
+            ax = axes[head, col]
+            symmetric = columns[col] == 'W_q W_k^T'
+            limit = panel.abs().max().item() if symmetric else None
+            ax.imshow(panel.numpy(), cmap='RdBu_r' if symmetric else 'viridis',
+                      vmin=-limit if symmetric else None, vmax=limit)
+            ax.set_xticks([]), ax.set_yticks([])
+            if head == 0:
+                ax.set_title(columns[col], fontsize=9)
+        axes[head, 0].set_ylabel(f'head {head}', fontsize=9)
+    vp = vproj_product(attn)
+    limit = vp.abs().max().item()
+    axes[heads, 0].imshow(vp.numpy(), cmap='RdBu_r', vmin=-limit, vmax=limit)
+    axes[heads, 0].set_title('W_v W_proj', fontsize=9)
+    for ax in axes[heads]:
+        ax.set_xticks([]), ax.set_yticks([])
+    for ax in axes[heads, 1:]:
+        ax.axis('off')
+    fig.suptitle(title or f'layer {layer}', fontsize=10)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f'.{out.name}.tmp.png')
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
