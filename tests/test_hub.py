@@ -1,0 +1,491 @@
+""" Export, push and load back: timm's Hub layout, model cards, atomic writes and Hub failures.
+
+Every test is offline: huggingface_hub's HfApi and timm's Hub download are replaced (an unexpected call fails the
+test), and the token is a fake one set through HF_TOKEN.
+"""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List
+
+import huggingface_hub
+import pytest
+import timm
+import timm.models._hub as timm_hub
+import torch
+from huggingface_hub import errors as hf_errors
+
+import timm_structinit  # noqa: F401  registers the models
+from timm_structinit import cli, hub
+
+MIMETIC = 'vit_tiny_patch2_32_mimetic'
+IMPULSE = 'vit_tiny_patch2_32_impulse3'
+TINY = dict(embed_dim=32, depth=2, num_heads=2, patch_size=8)
+TOKEN = 'hf_testTOKENdoNotLeak0123456789'
+REPO = 'some-org/tiny-mimetic'
+
+
+class RecordingHfApi:
+    """ Stands in for huggingface_hub.HfApi: records each call and keeps a copy of the uploaded files. """
+    calls: List[Any] = []
+    uploaded: Dict[str, bytes] = {}
+    fail_on: Dict[str, BaseException] = {}
+
+    def __init__(self, token=None, **kwargs):
+        type(self).calls.append(('init', dict(token=token, **kwargs)))
+
+    def _call(self, name, **kwargs):
+        type(self).calls.append((name, kwargs))
+        if name in self.fail_on:
+            raise self.fail_on[name]
+
+    def create_repo(self, repo_id, **kwargs):
+        self._call('create_repo', repo_id=repo_id, **kwargs)
+        return SimpleNamespace(repo_id=repo_id)
+
+    def create_branch(self, repo_id, **kwargs):
+        self._call('create_branch', repo_id=repo_id, **kwargs)
+
+    def upload_folder(self, **kwargs):
+        self._call('upload_folder', **kwargs)
+        folder = Path(kwargs['folder_path'])
+        type(self).uploaded = {p.name: p.read_bytes() for p in folder.rglob('*') if p.is_file()}
+        return SimpleNamespace(commit_url=f'https://huggingface.co/{kwargs["repo_id"]}/commit/abc123')
+
+
+class ForbiddenHfApi:
+    def __init__(self, *args, **kwargs):
+        raise AssertionError('HfApi must not be used here')
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """ No test reaches the network: the Hub client and timm's Hub download fail unless a test replaces them. """
+    def no_download(*args, **kwargs):
+        raise AssertionError('timm tried to download from the Hub')
+    monkeypatch.setattr(huggingface_hub, 'HfApi', ForbiddenHfApi)
+    monkeypatch.setattr(timm_hub, 'hf_hub_download', no_download)
+    monkeypatch.setenv('HF_TOKEN', TOKEN)
+    RecordingHfApi.calls, RecordingHfApi.uploaded, RecordingHfApi.fail_on = [], {}, {}
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    monkeypatch.setattr(huggingface_hub, 'HfApi', RecordingHfApi)
+    return RecordingHfApi
+
+
+def _state_dicts_identical(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a)
+
+
+def _assert_loads_identical(folder: Path, expected: Dict[str, torch.Tensor]) -> torch.nn.Module:
+    model = timm.create_model(f'local-dir:{folder}', pretrained=True)
+    assert _state_dicts_identical(model.state_dict(), expected)
+    return model
+
+
+def _exported_weights(folder: Path) -> Dict[str, torch.Tensor]:
+    import safetensors.torch
+    return safetensors.torch.load_file(str(folder / 'model.safetensors'))
+
+
+def _no_token_anywhere(folder: Path) -> None:
+    for path in folder.rglob('*'):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# export, then load back
+
+
+def test_export_mimetic_loads_bit_identical(tmp_path):
+    before = torch.random.get_rng_state()
+    folder = hub.export_model(MIMETIC, tmp_path / 'out', seed=7, model_kwargs=TINY)
+    assert torch.equal(torch.random.get_rng_state(), before), 'export must not change the global generator'
+    assert sorted(p.name for p in folder.iterdir()) == sorted(hub.EXPORT_FILES)
+
+    # the export is the model that the seed defines: torch.manual_seed and struct_init_seed
+    torch.manual_seed(7)
+    reference = timm.create_model(MIMETIC, struct_init_seed=7, **TINY)
+    assert _state_dicts_identical(_exported_weights(folder), reference.state_dict())
+    loaded = _assert_loads_identical(folder, reference.state_dict())
+    assert isinstance(loaded, timm_structinit.StructVisionTransformer)
+    assert loaded.sincos_pos_embed and not loaded.pos_embed.requires_grad  # the frozen sin-cos table loads too
+    # without pretrained=True the same architecture and the same attention init are rebuilt
+    fresh = timm.create_model(f'local-dir:{folder}')
+    assert torch.equal(fresh.blocks[0].attn.qkv.weight, reference.blocks[0].attn.qkv.weight)
+
+    config = json.loads((folder / 'config.json').read_text())
+    assert config['architecture'] == MIMETIC
+    assert config['num_classes'] == 10 and config['num_features'] == 32
+    assert {k: config['model_args'][k] for k in TINY} == TINY and config['model_args']['struct_init_seed'] == 7
+    assert config['pretrained_cfg']['input_size'] == [3, 32, 32]
+    assert config['timm_structinit']['struct_init'] == json.loads(json.dumps(reference.struct_init_record))
+
+    card = (folder / 'README.md').read_text()
+    assert 'import timm_structinit' in card
+    assert card.index('import timm_structinit') < card.index('timm.create_model(')
+    assert f'timm.create_model("local-dir:{tmp_path / "out"}", pretrained=True)' in card
+    assert '`mimetic`' in card and 'struct_init_seed 7' in card and '7 (`torch.manual_seed`)' in card
+    for name, value in reference.struct_init_record['cfg'].items():
+        assert f'| `{name}` |' in card, name
+    assert 'https://arxiv.org/abs/2305.09828' in card and 'Trockman' in card
+    assert 'before any training' in card and '## Training' not in card
+
+
+def test_export_is_reproducible_and_the_card_command_recreates_it(tmp_path, capsys):
+    kwargs = dict(TINY, struct_init_kwargs={'qk_noise': 0.5}, pos_embed='sincos')
+    first = hub.export_model(MIMETIC, tmp_path / 'a', seed=3, model_kwargs=kwargs)
+    card = (first / 'README.md').read_text()
+    command = card.split('```bash\n', 1)[1].split('\n```', 1)[0]
+    assert command.startswith(f'timm-structinit export {MIMETIC} DIR --seed 3 --model-kwargs ')
+    import shlex
+    argv = shlex.split(command)[1:]
+    argv[argv.index('DIR')] = str(tmp_path / 'b')
+    assert cli.main(argv) == 0
+    assert (first / 'model.safetensors').read_bytes() == (tmp_path / 'b' / 'model.safetensors').read_bytes()
+    other = hub.export_model(MIMETIC, tmp_path / 'c', seed=4, model_kwargs=kwargs)
+    assert (first / 'model.safetensors').read_bytes() != (other / 'model.safetensors').read_bytes()
+
+
+def test_export_impulse_loads_bit_identical(tmp_path):
+    if IMPULSE not in timm.list_models():
+        pytest.skip(f'{IMPULSE} is not registered yet')
+    folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=TINY)
+    torch.manual_seed(1)
+    reference = timm.create_model(IMPULSE, struct_init_seed=1, **TINY)
+    loaded = _assert_loads_identical(folder, reference.state_dict())
+    assert not loaded.pos_embed.requires_grad or not getattr(loaded, 'sincos_pos_embed', False)
+    record = reference.struct_init_record
+    card = (folder / 'README.md').read_text()
+    assert f'`{record["method"]}`' in card
+    for name in record['cfg']:
+        assert f'| `{name}` |' in card, name
+    assert f'| solver | {hub._fmt(record["solver"])} |' in card and '| final objective |' in card
+    for name in ('objective', 'offsets'):  # per layer, or a single value
+        values = record[name] if isinstance(record[name], list) else [record[name]]
+        for value in values:
+            assert hub._fmt(value) in card, (name, value)
+    for paper in ('2404.01139', '2505.19985'):
+        assert f'https://arxiv.org/abs/{paper}' in card
+
+
+def test_export_model_without_structured_init(tmp_path):
+    folder = hub.export_model('vit_tiny_patch2_32_sincos', tmp_path / 'base', seed=0, model_kwargs=TINY)
+    torch.manual_seed(0)
+    reference = timm.create_model('vit_tiny_patch2_32_sincos', **TINY)
+    _assert_loads_identical(folder, reference.state_dict())
+    assert "none (timm's default init)" in (folder / 'README.md').read_text()
+
+
+def _trained_checkpoint(path: Path, ema: bool = False, **extra) -> Dict[str, torch.Tensor]:
+    """ A training checkpoint as timm's CheckpointSaver writes it, of a tiny mimetic model with changed weights. """
+    model = timm.create_model(MIMETIC, num_classes=5, **TINY)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.mul_(1.5).add_(0.01)
+    state = model.state_dict()
+    args = dict(
+        model=MIMETIC, model_kwargs=dict(TINY), num_classes=5, gp=None, in_chans=None, input_size=None,
+        img_size=None, mean=None, std=None, lr=3e-3, epochs=12, batch_size=64, opt='adamw', weight_decay=0.05,
+        sched='cosine', warmup_epochs=2, seed=42, dataset='torch/cifar10', hub_token=TOKEN)
+    args = argparse.Namespace(**dict(args, **extra))
+    ckpt = {'epoch': 11, 'arch': MIMETIC, 'state_dict': state, 'args': args, 'metric': 61.25, 'version': 2}
+    if ema:
+        ckpt['state_dict_ema'] = {k: v * 0.5 if v.is_floating_point() and k != 'pos_embed' else v.clone()
+                                  for k, v in state.items()}
+    torch.save(ckpt, path)
+    return ckpt['state_dict_ema'] if ema else state
+
+
+def test_export_trained_checkpoint(tmp_path):
+    expected = _trained_checkpoint(tmp_path / 'last.pth.tar')
+    # the architecture arguments come from the checkpoint's args (model_kwargs, num_classes)
+    folder = hub.export_model(MIMETIC, tmp_path / 'trained', checkpoint=tmp_path / 'last.pth.tar')
+    loaded = _assert_loads_identical(folder, expected)
+    assert loaded.num_classes == 5 and not loaded.pos_embed.requires_grad
+    card = (folder / 'README.md').read_text()
+    assert '## Training' in card and 'trained weights' in card
+    for row in ('| `lr` | 0.003 |', '| `epochs` | 12 |', '| `opt` | `adamw` |', '| `sched` | `cosine` |',
+                '| epoch (timm counts from 0) | 11 |', '| `seed` | 42 |', '| weights | `state_dict` |'):
+        assert row in card, row
+    assert 'not recorded in the checkpoint' in card  # the run did not fix struct_init_seed
+    assert '| final objective |' not in card
+    assert 'hub_token' not in card
+    _no_token_anywhere(folder)
+    config = json.loads((folder / 'config.json').read_text())
+    assert config['num_classes'] == 5 and config['model_args']['num_classes'] == 5
+    assert config['timm_structinit']['trained']['epoch'] == 11
+
+
+def test_trained_from_shared_weights_says_so(tmp_path):
+    _trained_checkpoint(tmp_path / 'last.pth.tar', model='local-dir:exports/tiny-init', pretrained=True)
+    card = (hub.export_model(MIMETIC, tmp_path / 'out', checkpoint=tmp_path / 'last.pth.tar') / 'README.md').read_text()
+    assert '| initial weights | loaded from `local-dir:exports/tiny-init` with pretrained=True' in card
+    assert 'not recorded in the checkpoint' not in card
+
+
+def test_export_trained_checkpoint_ema_and_plain_state_dict(tmp_path):
+    ema = _trained_checkpoint(tmp_path / 'ckpt.pth', ema=True)
+    folder = hub.export_model(MIMETIC, tmp_path / 'ema', checkpoint=tmp_path / 'ckpt.pth', use_ema=True)
+    _assert_loads_identical(folder, ema)
+    assert '`state_dict_ema` (EMA)' in (folder / 'README.md').read_text()
+
+    torch.save(ema, tmp_path / 'plain.pth')
+    folder = hub.export_model(
+        MIMETIC, tmp_path / 'plain', checkpoint=tmp_path / 'plain.pth', model_kwargs=dict(TINY, num_classes=5))
+    _assert_loads_identical(folder, ema)
+    assert 'holds no training arguments' in (folder / 'README.md').read_text()
+
+    with pytest.raises(ValueError, match='no EMA weights'):
+        hub.export_model(MIMETIC, tmp_path / 'x', checkpoint=tmp_path / 'plain.pth', use_ema=True,
+                         model_kwargs=dict(TINY, num_classes=5))
+    # a plain state dict holds no training args: the shapes must come from model_kwargs
+    with pytest.raises(ValueError, match=r'head.bias: checkpoint \(5,\) vs model \(10,\).*pass the model_kwargs'):
+        hub.export_model(MIMETIC, tmp_path / 'x', checkpoint=tmp_path / 'plain.pth', model_kwargs=TINY)
+    with pytest.raises(ValueError, match="trained as 'vit_tiny_patch2_32_mimetic'"):
+        hub.export_model('vit_small_patch2_32_mimetic', tmp_path / 'x', checkpoint=tmp_path / 'ckpt.pth')
+    assert not (tmp_path / 'x').exists()
+
+
+def test_hf_hub_load_is_bit_identical(tmp_path, monkeypatch):
+    folder = hub.export_model(MIMETIC, tmp_path / 'out', seed=2, model_kwargs=TINY, repo_id=REPO)
+    requested = []
+
+    def download(repo_id, filename, revision=None, cache_dir=None, **kwargs):
+        requested.append((repo_id, filename, revision))
+        if not (folder / filename).is_file():
+            raise hf_errors.EntryNotFoundError(filename)
+        return str(folder / filename)
+
+    monkeypatch.setattr(timm_hub, 'hf_hub_download', download)
+    model = timm.create_model(f'hf-hub:{REPO}', pretrained=True)
+    assert _state_dicts_identical(model.state_dict(), _exported_weights(folder))
+    assert {(r, f) for r, f, _ in requested} == {(REPO, 'config.json'), (REPO, 'model.safetensors')}
+    assert f'timm.create_model("hf-hub:{REPO}", pretrained=True)' in (folder / 'README.md').read_text()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# push
+
+
+def test_push_sends_the_export(tmp_path, fake_hub, capsys):
+    argv = ['push', MIMETIC, '--repo-id', REPO, '--seed', '5', '--model-kwargs', *[f'{k}={v}' for k, v in TINY.items()],
+            '--private', '--revision', 'inits', '--commit-message', 'Add the tiny mimetic init']
+    assert cli.main(argv) == 0
+    names = [name for name, _ in fake_hub.calls]
+    assert names == ['init', 'create_repo', 'create_branch', 'upload_folder']
+    calls = dict(fake_hub.calls)
+    assert calls['init']['token'] == TOKEN  # the token goes to the client, and nowhere else
+    assert calls['create_repo'] == dict(repo_id=REPO, repo_type='model', private=True, exist_ok=True)
+    assert calls['create_branch'] == dict(repo_id=REPO, branch='inits', repo_type='model', exist_ok=True)
+    upload = calls['upload_folder']
+    assert (upload['repo_id'], upload['revision'], upload['commit_message']) == (
+        REPO, 'inits', 'Add the tiny mimetic init')
+    assert sorted(fake_hub.uploaded) == sorted(hub.EXPORT_FILES)
+    for content in fake_hub.uploaded.values():
+        assert TOKEN.encode() not in content
+    out, err = capsys.readouterr()
+    assert TOKEN not in out + err
+    assert 'abc123' in out
+
+    # the upload is the export: same weights, and a card that loads from the repo at that revision
+    local = hub.export_model(MIMETIC, tmp_path / 'local', seed=5, model_kwargs=TINY)
+    assert fake_hub.uploaded['model.safetensors'] == (local / 'model.safetensors').read_bytes()
+    assert f'timm.create_model("hf-hub:{REPO}@inits", pretrained=True)' in fake_hub.uploaded['README.md'].decode()
+
+
+def test_push_api_defaults_and_trained_checkpoint(tmp_path, fake_hub):
+    _trained_checkpoint(tmp_path / 'last.pth.tar')
+    result = hub.push_model(MIMETIC, REPO, checkpoint=tmp_path / 'last.pth.tar')
+    assert [name for name, _ in fake_hub.calls] == ['init', 'create_repo', 'upload_folder']  # main: no branch
+    upload = dict(fake_hub.calls)['upload_folder']
+    assert upload['revision'] is None and upload['commit_message'] == f'Add {MIMETIC} trained from mimetic init'
+    assert result.commit_message == upload['commit_message'] and not result.dry_run
+    assert [name for name, _ in result.files] == list(hub.EXPORT_FILES)
+    assert b'## Training' in fake_hub.uploaded['README.md']
+    for content in fake_hub.uploaded.values():
+        assert TOKEN.encode() not in content  # the run's args held the token: it was dropped
+
+
+def test_dry_run_lists_files_and_sends_nothing(monkeypatch, capsys):
+    monkeypatch.delenv('HF_TOKEN')
+    monkeypatch.setattr(huggingface_hub, 'get_token', lambda: None)  # and no saved login: not needed for a dry run
+    argv = ['push', MIMETIC, '--repo-id', REPO, '--dry-run', '--model-kwargs', 'depth=1', 'embed_dim=32',
+            'num_heads=2', 'patch_size=8']
+    assert cli.main(argv) == 0  # ForbiddenHfApi would fail on any client use
+    out, _ = capsys.readouterr()
+    for name in hub.EXPORT_FILES:
+        assert f'  {name}  ' in out
+    assert f'would upload to {REPO} (revision main)' in out
+    assert f'commit message: Add {MIMETIC} (mimetic init, seed 0)' in out
+    assert 'nothing was sent' in out
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# refusals and failures
+
+
+def test_non_empty_target_is_refused_without_force(tmp_path, capsys):
+    target = tmp_path / 'taken'
+    target.mkdir()
+    (target / 'notes.txt').write_text('keep me')
+    with pytest.raises(FileExistsError, match='--force'):
+        hub.export_model(MIMETIC, target, model_kwargs=TINY)
+    assert cli.main(['export', MIMETIC, str(target), '--model-kwargs', 'depth=1']) == 1
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'not empty' in err and 'Traceback' not in err
+    assert [p.name for p in target.iterdir()] == ['notes.txt']
+
+    (tmp_path / 'empty').mkdir()  # an empty folder is fine
+    hub.export_model(MIMETIC, tmp_path / 'empty', model_kwargs=TINY)
+
+    hub.export_model(MIMETIC, target, model_kwargs=TINY, force=True)
+    assert sorted(p.name for p in target.iterdir()) == sorted(hub.EXPORT_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['empty', 'taken']  # no staging or backup left behind
+
+    (tmp_path / 'a-file').write_text('x')
+    with pytest.raises(NotADirectoryError):
+        hub.export_model(MIMETIC, tmp_path / 'a-file', model_kwargs=TINY, force=True)
+
+
+def test_force_never_replaces_the_working_directory(tmp_path, monkeypatch):
+    work = tmp_path / 'project'
+    (work / 'src').mkdir(parents=True)
+    (work / 'src' / 'code.py').write_text('x = 1')
+    monkeypatch.chdir(work / 'src')
+    for target in ('.', '..', str(work)):
+        with pytest.raises(ValueError, match='refusing to replace'):
+            hub.export_model(MIMETIC, target, model_kwargs=TINY, force=True)
+    assert (work / 'src' / 'code.py').read_text() == 'x = 1'
+
+
+def test_failed_export_leaves_the_target_untouched(tmp_path, monkeypatch):
+    target = tmp_path / 'previous'
+    hub.export_model(MIMETIC, target, seed=1, model_kwargs=TINY)
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+
+    def broken(model, folder, prov, load_id):
+        (folder / 'config.json').write_text('{}')
+        raise OSError('disk full')
+
+    monkeypatch.setattr(hub, '_write_export', broken)
+    with pytest.raises(OSError, match='disk full'):
+        hub.export_model(MIMETIC, target, seed=2, model_kwargs=TINY, force=True)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ['previous']
+
+
+def test_bad_model_name(tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown model 'vit_tiny_patch2_32_mimetc'.*vit_tiny_patch2_32_mimetic"):
+        hub.export_model('vit_tiny_patch2_32_mimetc', tmp_path / 'out')
+    assert cli.main(['push', 'vit_tiny_patch2_32_mimetc', '--repo-id', REPO]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith('timm-structinit push: error: unknown model') and err.count('\n') == 1
+    assert 'vit_tiny_patch2_32_mimetic' in err
+    assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(embed_dm=32), "unknown model_kwargs \\['embed_dm'\\].*did you mean embed_dim"),
+    (dict(pretrained=True), "may not set 'pretrained'"),
+    (dict(struct_init_kwargs={'qk_noise': -1.0}), 'qk_noise=-1.0 is out of range'),
+])
+def test_bad_model_kwargs(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        hub.export_model(MIMETIC, tmp_path / 'out', model_kwargs=dict(TINY, **kwargs))
+    assert not (tmp_path / 'out').exists()
+
+
+def test_bad_push_arguments_fail_before_any_work(monkeypatch):
+    monkeypatch.setattr(hub, '_build', lambda *a, **k: pytest.fail('built a model for bad input'))
+    with pytest.raises(ValueError, match="repo id 'no-org' must have the form ORG/NAME"):
+        hub.push_model(MIMETIC, 'no-org')
+    with pytest.raises(ValueError, match='seed=-1'):
+        hub.push_model(MIMETIC, REPO, seed=-1)
+    monkeypatch.delenv('HF_TOKEN')
+    monkeypatch.setattr(huggingface_hub, 'get_token', lambda: None)
+    with pytest.raises(hub.HubError, match='no Hugging Face token found: set HF_TOKEN or run `hf auth login`'):
+        hub.push_model(MIMETIC, REPO)
+
+
+def _http_error(cls, status: int, message: str):
+    response = SimpleNamespace(status_code=status, headers={}, request=None)
+    return cls(message, response=response)
+
+
+@pytest.mark.parametrize('where, error, expected', [
+    ('create_repo', lambda: _http_error(hf_errors.HfHubHTTPError, 401, f'401 Client Error: Unauthorized {TOKEN}\n'
+                                        'Invalid credentials in Authorization header'),
+     f'not authorized to push to {REPO} (HTTP 401)'),
+    ('upload_folder', lambda: _http_error(hf_errors.HfHubHTTPError, 403, '403 Forbidden'),
+     f'not authorized to push to {REPO} (HTTP 403)'),
+    ('create_repo', lambda: _http_error(hf_errors.RepositoryNotFoundError, 404, '404 Repository Not Found\nmore'),
+     f'repository {REPO} not found'),
+    ('upload_folder', lambda: _http_error(hf_errors.HfHubHTTPError, 500, '500 Server Error\nInternal'),
+     'the Hub refused the upload to some-org/tiny-mimetic (HTTP 500): 500 Server Error'),
+    ('create_repo', lambda: ConnectionError(f'[Errno -2] Name or service not known (token {TOKEN})'),
+     'cannot reach the Hugging Face Hub (ConnectionError: [Errno -2] Name or service not known (token ***))'),
+    ('upload_folder', lambda: PermissionError('[Errno 13] Permission denied'),
+     f'upload to {REPO} failed (PermissionError: [Errno 13] Permission denied)'),
+    ('create_repo', lambda: hf_errors.OfflineModeIsEnabled('offline'), 'offline mode'),
+])
+def test_hub_failures_give_one_clean_line(fake_hub, capsys, where, error, expected):
+    fake_hub.fail_on = {where: error()}
+    argv = ['push', MIMETIC, '--repo-id', REPO, '--model-kwargs', 'depth=1', 'embed_dim=32', 'num_heads=2',
+            'patch_size=8']
+    assert cli.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith('timm-structinit push: error: ') and err.count('\n') == 1, err
+    assert expected in err
+    assert 'Traceback' not in err and TOKEN not in out + err
+
+
+def test_transport_errors_of_the_http_client_are_caught(fake_hub):
+    httpx2 = pytest.importorskip('httpx2')
+    fake_hub.fail_on = {'create_repo': httpx2.ConnectError('[Errno -2] Name or service not known')}
+    with pytest.raises(hub.HubError, match=r'^cannot reach the Hugging Face Hub \(ConnectError'):
+        hub.push_model(MIMETIC, REPO, model_kwargs=TINY)
+
+
+def test_command_line_process_errors_without_traceback(tmp_path):
+    taken = tmp_path / 'taken'
+    taken.mkdir()
+    (taken / 'x').write_text('x')
+    argv = [sys.executable, '-m', 'timm_structinit.cli', 'export', MIMETIC, str(taken)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr == f'timm-structinit export: error: export target {taken} is not empty; choose a new ' \
+                          f'directory or pass force=True (--force) to replace it\n'
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the command line itself
+
+
+def test_model_kwargs_parse_like_timm_train():
+    args = cli.build_parser().parse_args([
+        'export', MIMETIC, 'out', '--model-kwargs', 'embed_dim=32', 'pos_embed=sincos', 'qkv_bias=False',
+        "struct_init_kwargs={'qk_noise': 0.5}", 'img_size=(32, 32)'])
+    assert args.model_kwargs == dict(
+        embed_dim=32, pos_embed='sincos', qkv_bias=False, struct_init_kwargs={'qk_noise': 0.5}, img_size=(32, 32))
+    with pytest.raises(SystemExit) as e:
+        cli.build_parser().parse_args(['export', MIMETIC, 'out', '--model-kwargs', 'embed_dim'])
+    assert e.value.code == 2
+
+
+def test_a_subcommand_is_one_registration(monkeypatch, capsys):
+    monkeypatch.setattr(cli, 'COMMANDS', dict(cli.COMMANDS))
+    cli.register_command(
+        'show', 'describe a model', lambda p: p.add_argument('model'),
+        lambda args: print(f'showing {args.model}') or 0)
+    assert cli.main(['show', MIMETIC]) == 0
+    assert capsys.readouterr().out == f'showing {MIMETIC}\n'
+    assert set(cli.COMMANDS) >= {'export', 'push', 'show'}

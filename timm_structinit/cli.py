@@ -1,0 +1,171 @@
+""" The `timm-structinit` command line: one argparse subcommand per task.
+
+    timm-structinit export MODEL DIR [--seed N] [--model-kwargs k=v ...] [--checkpoint PATH [--use-ema]] [--force]
+    timm-structinit push MODEL --repo-id ORG/NAME [same build options] [--private] [--revision BRANCH]
+                         [--commit-message TEXT] [--dry-run]
+
+A subcommand is a `Command`: a help line, a function adding its arguments to its parser and a function running it
+(returning the exit code). `register_command` adds one; `main` builds the parser from the registry, so a new
+subcommand needs no change here beyond its own two functions and one `register_command` call.
+
+Expected failures (bad input, a non-empty target, a Hub or network error) print one line, `timm-structinit
+<command>: error: ...`, to stderr and exit with 1; argparse usage errors exit with 2.
+"""
+import argparse
+import ast
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Sequence
+
+__all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs']
+
+PROG = 'timm-structinit'
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# subcommand name -> Command, in the order `--help` lists them
+COMMANDS: Dict[str, Command] = {}
+
+
+def register_command(
+        name: str,
+        help: str,
+        add_arguments: Callable[[argparse.ArgumentParser], None],
+        run: Callable[[argparse.Namespace], int],
+) -> Command:
+    """ Add subcommand `name`: `add_arguments(parser)` declares its options, `run(args)` returns the exit code. """
+    command = Command(help=help, add_arguments=add_arguments, run=run)
+    COMMANDS[name] = command
+    return command
+
+
+class ParseKwargs(argparse.Action):
+    """ `k=v ...` into a dict, each value through ast.literal_eval, as timm's train.py parses --model-kwargs.
+
+    A value that is not a Python literal stays a string, so `pos_embed=sincos` needs no quotes.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        kwargs = {}
+        for item in values:
+            key, sep, text = item.partition('=')
+            if not sep or not key.isidentifier():
+                parser.error(f'{option_string} expects KEY=VALUE items (e.g. embed_dim=32), got {item!r}')
+            try:
+                kwargs[key] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                kwargs[key] = text
+        setattr(namespace, self.dest, kwargs)
+
+
+def _add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """ The options that say which weights to build; shared by export and push. """
+    parser.add_argument('model', metavar='MODEL', help='registered model name, e.g. vit_tiny_patch2_32_mimetic')
+    parser.add_argument(
+        '--seed', type=int, default=0,
+        help='seeds torch.manual_seed and struct_init_seed, so every weight is reproducible (default: 0)')
+    parser.add_argument(
+        '--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
+        help='model arguments, e.g. embed_dim=32 depth=2 "struct_init_kwargs={\'qk_noise\': 0.5}"')
+    parser.add_argument(
+        '--checkpoint', metavar='PATH', default=None,
+        help='export these trained weights (timm checkpoint, state dict or .safetensors) instead of the init')
+    parser.add_argument('--use-ema', action='store_true', help="export the checkpoint's EMA weights")
+
+
+def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_build_arguments(parser)
+    parser.add_argument('out_dir', metavar='DIR', help='export folder (config.json, model.safetensors, README.md)')
+    parser.add_argument(
+        '--force', action='store_true',
+        help='replace the content of a non-empty DIR (only once the new export is complete)')
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from .hub import export_model, list_export_files
+    folder = export_model(
+        args.model, args.out_dir, seed=args.seed, model_kwargs=args.model_kwargs, checkpoint=args.checkpoint,
+        use_ema=args.use_ema, force=args.force)
+    print(f'exported {args.model} to {folder}')
+    for name, size in list_export_files(folder):
+        print(f'  {name}  {size:,} bytes')
+    print(f'load it with: import timm, timm_structinit; timm.create_model("local-dir:{folder}", pretrained=True)')
+    return 0
+
+
+def _add_push_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_build_arguments(parser)
+    parser.add_argument('--repo-id', required=True, metavar='ORG/NAME', help='Hugging Face Hub model repo')
+    parser.add_argument('--private', action='store_true', help='create the repo as private (if it does not exist)')
+    parser.add_argument(
+        '--revision', default=None, metavar='BRANCH', help='branch to commit to, created from main if missing '
+                                                          '(default: main)')
+    parser.add_argument('--commit-message', default=None, metavar='TEXT', help='commit message')
+    parser.add_argument('--dry-run', action='store_true', help='build and list the files; send nothing')
+
+
+def _run_push(args: argparse.Namespace) -> int:
+    from .hub import push_model
+    result = push_model(
+        args.model, args.repo_id, seed=args.seed, model_kwargs=args.model_kwargs, checkpoint=args.checkpoint,
+        use_ema=args.use_ema, private=args.private, revision=args.revision, commit_message=args.commit_message,
+        dry_run=args.dry_run)
+    where = f'{result.repo_id} (revision {result.revision or "main"}{", private" if result.private else ""})'
+    print(f'{"dry run, would upload" if result.dry_run else "uploaded"} to {where}:')
+    for name, size in result.files:
+        print(f'  {name}  {size:,} bytes')
+    print(f'commit message: {result.commit_message}')
+    if result.dry_run:
+        print('nothing was sent')
+    else:
+        print(f'done: {result.url}')
+    return 0
+
+
+register_command('export', 'write a model in timm\'s Hub layout to a local folder', _add_export_arguments, _run_export)
+register_command(
+    'push', 'export a model and upload it to the Hugging Face Hub (token: HF_TOKEN or `hf auth login`)',
+    _add_push_arguments, _run_push)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description='Structured attention inits for timm ViTs: export and share models.')
+    subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        command.add_arguments(sub)
+    return parser
+
+
+def _expected_errors() -> tuple:
+    from .hub import HubError
+    return ValueError, OSError, HubError
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """ Run the command line with `argv` (default: sys.argv[1:]) and return the exit code. """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # library warnings are still shown, but as plain lines
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s: %(message)s')
+    try:
+        return COMMANDS[args.command].run(args)
+    except KeyboardInterrupt:
+        print(f'{PROG} {args.command}: interrupted', file=sys.stderr)
+        return 130
+    except _expected_errors() as e:
+        message = ' '.join(str(e).split()) or type(e).__name__
+        print(f'{PROG} {args.command}: error: {message}', file=sys.stderr)
+        return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
