@@ -68,3 +68,26 @@ def test_timm_model_through_apply_init():
     timm_structinit.apply_init(model, 'mimetic', seed=0)
     rows = summarize(model)
     assert rows[0]['qk_diag_mean'] > 0.3
+
+
+def test_show_command(tmp_path, capsys, cifar10_dir):
+    from timm_structinit.cli import main
+    out = tmp_path / 'show.png'
+    code = main(['show', 'vit_tiny_patch2_32_impulse3', '--model-kwargs', 'depth=2', '--layer', '1',
+                 '--images', str(cifar10_dir / 'test'), '--num-images', '8', '--out', str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0 and out.stat().st_size > 10_000
+    assert 'solver fast' in printed and 'offset' in printed and len(printed.splitlines()) >= 2 + 6
+
+
+def test_show_applies_init_to_timm_model_and_refuses_bad_input(tmp_path, capsys):
+    from timm_structinit.cli import main
+    out = tmp_path / 'deit.png'
+    assert main(['show', 'deit_tiny_patch16_224', '--init', 'mimetic', '--model-kwargs', 'depth=1',
+                 '--out', str(out)]) == 0
+    assert 'init: mimetic' in capsys.readouterr().out and out.exists()
+    assert main(['show', 'vit_tiny_patch2_32', '--init', 'nope']) == 1
+    assert "unknown struct_init 'nope'" in capsys.readouterr().err
+    assert main(['show', 'vit_tiny_patch2_32', '--model-kwargs', 'depth=1', '--layer', '3',
+                 '--out', str(tmp_path / 'x.png')]) == 1
+    assert '--layer=3 is out of range' in capsys.readouterr().err

@@ -3,6 +3,8 @@
     timm-structinit export MODEL DIR [--seed N] [--model-kwargs k=v ...] [--checkpoint PATH [--use-ema]] [--force]
     timm-structinit push MODEL --repo-id ORG/NAME [same build options] [--private] [--revision BRANCH]
                          [--commit-message TEXT] [--dry-run]
+    timm-structinit show MODEL [same build options] [--init NAME [--init-kwargs k=v ...]] [--layer L]
+                         [--images DIR] [--num-images N] [--out FIG.png]
 
 A subcommand is a `Command`: a help line, a function adding its arguments to its parser and a function running it
 (returning the exit code). `register_command` adds one; `main` builds the parser from the registry, so a new
@@ -133,6 +135,58 @@ register_command('export', 'write a model in timm\'s Hub layout to a local folde
 register_command(
     'push', 'export a model and upload it to the Hugging Face Hub (token: HF_TOKEN or `hf auth login`)',
     _add_push_arguments, _run_push)
+
+
+def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_build_arguments(parser)
+    parser.add_argument(
+        '--init', default=None, metavar='NAME',
+        help='apply this structured init to MODEL first (e.g. mimetic on deit_tiny_patch16_224)')
+    parser.add_argument(
+        '--init-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
+        help='hyperparameters of --init, e.g. kernel_size=5')
+    parser.add_argument('--layer', type=int, default=0, help='layer drawn in the figure (default: 0)')
+    parser.add_argument(
+        '--images', default=None, metavar='DIR',
+        help='image folder (ImageFolder layout or flat); attention is also averaged over its images')
+    parser.add_argument('--num-images', type=int, default=64, help='images taken from --images (default: 64)')
+    parser.add_argument('--out', default=None, metavar='FIG.png', help='figure path (default: MODEL_layerL.png)')
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    from .diagnostics import format_summary, load_images, plot_layer, summarize
+    from .hub import build_model
+    from .struct_init import apply_init, get_init
+    if args.init is not None:
+        get_init(args.init)  # an unknown name fails before the model is built
+    if args.num_images < 1:
+        raise ValueError(f'--num-images={args.num_images} must be at least 1')
+    model = build_model(args.model, seed=args.seed, model_kwargs=args.model_kwargs, checkpoint=args.checkpoint,
+                        use_ema=args.use_ema)
+    if args.init is not None:
+        apply_init(model, args.init, seed=args.seed, **args.init_kwargs)
+    rows = summarize(model)
+    depth = 1 + rows[-1]['layer']
+    if not 0 <= args.layer < depth:
+        raise ValueError(f'--layer={args.layer} is out of range; the model has layers 0..{depth - 1}')
+    record = getattr(model, 'struct_init_record', None)
+    if record:
+        print(f"init: {record['method']} (seed {record['seed']}"
+              + (f", solver {record['solver']}, objective {record['objective_mean']:.5f}" if 'solver' in record else '')
+              + ')')
+    else:
+        print('init: timm default (no structured init)')
+    print(format_summary(rows))
+    images = load_images(args.images, model, args.num_images) if args.images else None
+    out = args.out or f'{args.model.replace("/", "_").replace(":", "_")}_layer{args.layer}.png'
+    plot_layer(model, args.layer, out, images=images, title=f'{args.model}: layer {args.layer}')
+    print(f'figure: {out}')
+    return 0
+
+
+register_command(
+    'show', 'print per-head attention statistics of an init and draw one layer\'s attention maps',
+    _add_show_arguments, _run_show)
 
 
 def build_parser() -> argparse.ArgumentParser:

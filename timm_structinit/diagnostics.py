@@ -16,7 +16,7 @@ from .pos_embed import pseudo_input
 
 __all__ = [
     'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
-    'format_summary', 'plot_layer',
+    'format_summary', 'plot_layer', 'load_images',
 ]
 
 
@@ -83,6 +83,19 @@ def image_attention_maps(model: nn.Module, layer: int, images: torch.Tensor) -> 
     finally:
         handle.remove()
     return captured['maps']
+
+
+def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
+    """ Up to `count` images from `folder` (ImageFolder layout or flat), evenly spaced over the folder's sorted
+    listing, through the model's own eval transform (timm's data config). """
+    from timm.data import create_dataset, create_transform, resolve_data_config
+    if not Path(folder).is_dir():
+        raise ValueError(f'--images {folder!r} is not a directory')
+    dataset = create_dataset('', root=folder, transform=create_transform(**resolve_data_config(model=model)))
+    if len(dataset) == 0:
+        raise ValueError(f'no images found under {folder!r}')
+    step = max(1, len(dataset) // count)
+    return torch.stack([dataset[i][0] for i in range(0, len(dataset), step)[:count]])
 
 
 def summarize(model: nn.Module) -> List[Dict[str, Any]]:
