@@ -1,0 +1,347 @@
+""" Tests of the training entry point (timm_structinit.train): real runs on tiny models and tiny data.
+
+Data: the shared CIFAR-10 ImageFolder copy at ../shared/data/cifar10 beside the repository (its tests skip when it is
+absent) and scikit-learn's bundled digits, which every machine has.
+"""
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+import timm
+
+from timm_structinit import train as train_mod
+from timm_structinit.data import DigitsDataset, ClassBalancedSubset
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((REPO / 'configs').glob('*.yaml'))
+SHARED_CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
+# models the configs name that another part of the package registers; checked as soon as they exist
+PENDING_MODELS = {f'vit_{s}_patch2_32_impulse3' for s in ('tiny', 'small')} | {
+    f'vit_{s}_patch16_224_impulse3' for s in ('tiny', 'small', 'base')}
+
+TINY_MODEL = ['--model', 'vit_tiny_patch2_32_mimetic',
+              '--model-kwargs', 'embed_dim=32', 'depth=2', 'num_heads=2', 'patch_size=8']
+FAST = ['--opt', 'adamw', '--lr', '2e-3', '--weight-decay', '0.01', '--warmup-epochs', '0', '--workers', '0',
+        '--batch-size', '32', '--log-interval', '1000', '--seed', '7']
+DIGITS = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--hflip', '0']
+
+
+@pytest.fixture(scope='module', autouse=True)
+def one_torch_thread():
+    """ Tiny models gain nothing from intra-op threads, and on a busy 2-core machine the threads' barriers make
+    runs erratic (10-20x slower epochs); one thread keeps timings stable. Subprocesses get OMP_NUM_THREADS=1. """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def subprocess_env():
+    return dict(os.environ, OMP_NUM_THREADS='1')
+
+
+def read_summary(path: Path):
+    with open(path, newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def run_main(argv, capsys):
+    code = train_mod.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def state_dicts_close(a, b, key='state_dict'):
+    sa, sb = a[key], b[key]
+    assert sa.keys() == sb.keys()
+    return all(torch.allclose(sa[k].float(), sb[k].float(), rtol=1e-5, atol=1e-6) for k in sa)
+
+
+def load(path):
+    return torch.load(path, map_location='cpu', weights_only=False)
+
+
+@pytest.mark.skipif(not SHARED_CIFAR10.is_dir(), reason=f'shared CIFAR-10 copy not found at {SHARED_CIFAR10}')
+def test_cifar10_slice_trains_and_writes_outputs(tmp_path, capsys):
+    argv = [*TINY_MODEL, *FAST, '--data-dir', SHARED_CIFAR10, '--val-split', 'test', '--train-subset', 256,
+            '--val-subset', 100, '--epochs', 3, '--smoothing', 0, '--output', tmp_path, '--experiment', 'c10',
+            '--plot', '--checkpoint-hist', 2]
+    code, out, err = run_main(argv, capsys)
+    assert code == 0, err
+    run = tmp_path / 'c10'
+    rows = read_summary(run / 'summary.csv')
+    assert [int(r['epoch']) for r in rows] == [0, 1, 2]
+    losses = [float(r['train_loss']) for r in rows]
+    assert losses[-1] < losses[0] - 0.02, losses
+    assert {'train_loss', 'eval_loss', 'eval_top1', 'eval_top5', 'lr'} <= set(rows[0])
+    for name in ('last.pth.tar', 'model_best.pth.tar', 'args.yaml', 'summary.png'):
+        assert (run / name).is_file(), name
+    assert len(list(run.glob('checkpoint-*.pth.tar'))) == 2  # --checkpoint-hist
+    assert (run / 'summary.png').stat().st_size > 10_000
+    # the checkpoint restores into a freshly built model of the same architecture
+    model = timm.create_model('vit_tiny_patch2_32_mimetic', embed_dim=32, depth=2, num_heads=2, patch_size=8)
+    assert timm.models.resume_checkpoint(model, str(run / 'last.pth.tar'), log_info=False) == 3
+    # eval used the 100-image test subset, each image once; the final line reports the accuracy
+    assert 'final top-1' in out and 'on 100 test images' in out
+    assert abs(float(rows[-1]['eval_top1']) - float(out.split('final top-1 ')[1].split('%')[0])) < 0.01
+
+
+def test_digits_config_learns(tmp_path, capsys):
+    """ The main job's config, shortened: accuracy must clear chance (10%) by a wide margin. """
+    argv = ['-c', REPO / 'configs' / 'digits.yaml', '--epochs', 6, '--warmup-epochs', 1, '--batch-size', 32,
+            '--model-kwargs', 'embed_dim=32', 'depth=2', 'num_heads=2', 'patch_size=4',
+            '--output', tmp_path, '--experiment', 'd']
+    code, out, err = run_main(argv, capsys)
+    assert code == 0, err
+    rows = read_summary(tmp_path / 'd' / 'summary.csv')
+    assert len(rows) == 6
+    assert float(rows[-1]['eval_top1']) > 50., rows[-1]
+    assert 'on 450 test images' in out
+
+
+# options exercising every random source: shuffling, a loader worker, RandAugment (python), random erasing
+# (torch), mixup (numpy), drop path (torch), plus the EMA and a warm-up/cosine schedule that depend on the epoch
+RESUME_RUN = [*TINY_MODEL, *DIGITS, '--opt', 'adamw', '--lr', '2e-3', '--warmup-epochs', '1', '--workers', '1',
+              '--batch-size', '32', '--log-interval', '1000', '--seed', '3', '--train-subset', '256',
+              '--val-subset', '100', '--epochs', '3', '--aa', 'rand-m9-mstd0.5-inc1', '--reprob', '0.5',
+              '--mixup', '0.4', '--drop-path', '0.1', '--model-ema', '--model-ema-decay', '0.9']
+
+
+@pytest.fixture(scope='module')
+def reference_run(tmp_path_factory, one_torch_thread):
+    out = tmp_path_factory.mktemp('reference')
+    assert train_mod.main([*RESUME_RUN, '--output', str(out), '--experiment', 'full']) == 0
+    return out / 'full'
+
+
+def test_resume_matches_uninterrupted_run(reference_run, tmp_path, capsys):
+    code, out, err = run_main(
+        [*RESUME_RUN, '--output', tmp_path, '--experiment', 'resumed',
+         '--resume', reference_run / 'checkpoint-0.pth.tar'], capsys)
+    assert code == 0, err
+    full, resumed = load(reference_run / 'last.pth.tar'), load(tmp_path / 'resumed' / 'last.pth.tar')
+    assert full['epoch'] == resumed['epoch'] == 2
+    assert state_dicts_close(full, resumed)
+    assert state_dicts_close(full, resumed, 'state_dict_ema')
+    ref_rows = {r['epoch']: r for r in read_summary(reference_run / 'summary.csv')}
+    new_rows = read_summary(tmp_path / 'resumed' / 'summary.csv')
+    assert [r['epoch'] for r in new_rows] == ['1', '2']
+    for row in new_rows:
+        for key in ('train_loss', 'eval_loss', 'eval_top1', 'eval_ema_top1', 'lr'):
+            assert float(row[key]) == pytest.approx(float(ref_rows[row['epoch']][key]), rel=1e-5, abs=1e-6), key
+
+
+def test_killed_run_resumes_from_last_good_checkpoint(reference_run, tmp_path):
+    """ SIGKILL mid-run: last.pth.tar stays loadable and --resume DIR finishes with the uninterrupted weights. """
+    run = tmp_path / 'killed'
+    cmd = [sys.executable, '-m', 'timm_structinit.train', *map(str, RESUME_RUN), '--output', str(tmp_path),
+           '--experiment', 'killed']
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path, env=subprocess_env())
+    deadline = time.time() + 120
+    while not (run / 'last.pth.tar').exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
+    meta = timm.utils.load_checkpoint_metadata(str(run / 'last.pth.tar'))
+    assert meta['epoch'] < 2, 'the run finished before it could be killed'
+    assert len(read_summary(run / 'summary.csv')) <= 2
+
+    assert train_mod.main([*RESUME_RUN, '--resume', str(run)]) == 0  # continues in the checkpoint's folder
+    assert [int(r['epoch']) for r in read_summary(run / 'summary.csv')] == [0, 1, 2]
+    assert state_dicts_close(load(reference_run / 'last.pth.tar'), load(run / 'last.pth.tar'))
+
+
+def test_failed_save_keeps_previous_checkpoint(tmp_path, monkeypatch, capsys):
+    """ A write that dies half-way (disk full, kill) leaves the last complete checkpoint in place. """
+    real_save, calls = torch.save, []
+
+    def failing_save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) >= 2:
+            with open(path, 'wb') as f:
+                f.write(b'partial')
+            raise OSError('No space left on device')
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'save', failing_save)
+    argv = [*TINY_MODEL, *FAST, *DIGITS, '--train-subset', 64, '--val-subset', 20, '--epochs', 2,
+            '--output', tmp_path, '--experiment', 'x']
+    with pytest.raises(OSError):
+        train_mod.main([str(a) for a in argv])
+    assert os.path.basename(calls[1]) != 'last.pth.tar'  # written under a temporary name
+    assert load(tmp_path / 'x' / 'last.pth.tar')['epoch'] == 0
+
+
+def test_ddp_two_processes(tmp_path):
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+           '-m', 'timm_structinit.train', *map(str, TINY_MODEL), *FAST, *DIGITS, '--train-subset', '256',
+           '--val-subset', '101', '--epochs', '2', '--output', str(tmp_path), '--experiment', 'ddp']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=subprocess_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'Distributed training: 2 processes, backend gloo' in proc.stdout
+    rows = read_summary(tmp_path / 'ddp' / 'summary.csv')
+    assert len(rows) == 2
+    # 101 images over 2 processes: the padding repeat is not counted
+    assert 'on 101 test images' in proc.stdout
+    # 256 images / (32 per process x 2 processes) = 4 updates per epoch: the processes split the data
+    state = load(tmp_path / 'ddp' / 'last.pth.tar')
+    assert state['optimizer']['state'][0]['step'].item() == 8
+
+
+@pytest.mark.parametrize('config', CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_config_parses_into_valid_arguments(config):
+    text = config.read_text()
+    assert text.startswith('#'), 'every config starts with a comment header'
+    if config.stem.startswith(('mimetic', 'impulse', 'imagenet')):
+        assert 'arXiv' in text and 'Not pinned down' in text
+    args = train_mod.parse_args(['-c', str(config)])
+    pending = args.model in PENDING_MODELS and not timm.is_model(args.model)
+    train_mod.check_args(args, check_model=not pending)
+    assert timm.is_model(args.model) or pending
+    # every key is used as written: the parsed value equals the YAML value
+    import yaml
+    for key, value in yaml.safe_load(text).items():
+        parsed = getattr(args, key)
+        assert parsed == value or (isinstance(value, (int, float)) and parsed == pytest.approx(value)), key
+
+
+def test_config_defaults_and_command_line_override(tmp_path):
+    cfg = tmp_path / 'c.yaml'
+    cfg.write_text('batch_size: 8\nlr: 3e-3\nmodel_kwargs: {embed_dim: 64, depth: 2}\nmean: [0.5, 0.5, 0.5]\n')
+    args = train_mod.parse_args(['-c', str(cfg), '--batch-size', '16', '--model-kwargs', 'depth=3'])
+    assert args.batch_size == 16 and args.lr == 3e-3  # YAML 1.1 reads 3e-3 as a string; converted
+    assert args.model_kwargs == {'embed_dim': 64, 'depth': 3}
+    assert args.mean == [0.5, 0.5, 0.5]
+
+
+def test_unknown_config_key_fails_naming_it(tmp_path, capsys):
+    cfg = tmp_path / 'bad.yaml'
+    cfg.write_text('epochs: 2\nbatch_szie: 8\n')
+    with pytest.raises(train_mod.ConfigError, match="unknown key 'batch_szie'.*did you mean 'batch_size'"):
+        train_mod.parse_args(['-c', str(cfg)])
+    code, out, err = run_main(['-c', cfg], capsys)
+    assert code == 2 and 'batch_szie' in err and 'Traceback' not in err
+
+
+@pytest.mark.parametrize('yaml_text, expected', [
+    ('lr: fast\n', 'lr='),
+    ('epochs: 2.5\n', 'epochs='),
+    ('amp: 1\n', 'amp='),
+    ('scale: 0.5\n', 'scale='),
+    ('remode: zeros\n', 'remode='),
+])
+def test_bad_config_values_fail_naming_them(tmp_path, yaml_text, expected):
+    cfg = tmp_path / 'bad.yaml'
+    cfg.write_text(yaml_text)
+    with pytest.raises(train_mod.ConfigError, match=expected):
+        train_mod.parse_args(['-c', str(cfg)])
+
+
+@pytest.mark.parametrize('argv, expected', [
+    (['--model', 'vit_tiny_patch2_32_mimetc'], 'did you mean vit_tiny_patch2_32_mimetic'),
+    (['--dataset', 'torch/imagenet21k', '--data-dir', '.'], 'unknown torch dataset'),
+    (['--dataset', 'torch/cifar10'], 'needs --data-dir'),
+    (['--dataset', 'torch/mnist', '--data-dir', '.'], 'pass --in-chans 1'),
+    (['--dataset', 'sklearn/digits', '--mixup', '0.2', '--batch-size', '33'], '--batch-size 33 must be even'),
+    (['--dataset', 'sklearn/digits', '--epochs', '0'], '--epochs 0 must be >= 1'),
+    (['--dataset', 'sklearn/digits', '--aa', 'bogus'], "--aa 'bogus'"),
+    (['--dataset', 'sklearn/digits', '--sched', 'cosinus'], "--sched 'cosinus'"),
+    (['--dataset', 'sklearn/digits', '--resume', 'nowhere.pth.tar'], 'no checkpoint at'),
+])
+def test_bad_arguments_fail_before_any_work(argv, expected, capsys):
+    code, out, err = run_main(argv, capsys)
+    assert code == 2 and expected in err, err
+    assert 'Traceback' not in err
+
+
+def _image_folder(root: Path, splits):
+    from PIL import Image
+    for split in splits:
+        for cls in ('cat', 'dog'):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(2):
+                Image.new('RGB', (32, 32), (40 * i, 80, 120)).save(root / split / cls / f'{i}.png')
+
+
+def test_missing_split_folder_is_refused(tmp_path, capsys):
+    _image_folder(tmp_path / 'data', ['train', 'test'])
+    argv = [*TINY_MODEL, *FAST, '--data-dir', tmp_path / 'data', '--epochs', 1, '--output', tmp_path / 'out']
+    code, out, err = run_main(argv, capsys)  # default --val-split validation: no such folder
+    assert code == 2
+    assert "--val-split 'validation'" in err and 'test, train' in err and '--val-split test' in err
+    assert not (tmp_path / 'out').exists()  # refused before anything was written
+    code, out, err = run_main([*argv, '--val-split', 'train'], capsys)
+    assert code == 2 and 'evaluating on training images is refused' in err
+
+
+def test_offline_without_local_copy_says_how_to_fix(tmp_path, capsys, monkeypatch):
+    empty = tmp_path / 'nothing-here'
+    empty.mkdir()
+    base = [*TINY_MODEL, *FAST, '--data-dir', empty, '--val-split', 'test']
+    argv = [*base, '--dataset', 'torch/cifar10']
+    code, out, err = run_main(argv, capsys)
+    assert code == 2 and 'Traceback' not in err
+    assert f'--data-dir {empty}' in err and 'cifar-10-batches-py' in err and '--dataset-download' in err
+    assert '../shared/data/cifar10' in err  # the ImageFolder route that needs no download
+
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError('[Errno -3] Temporary failure in name resolution')
+
+    code, out, err = run_main([*base, '--dataset', 'svhn'], capsys)
+    assert code == 2 and 'torch/svhn: no local copy' in err and 'train_32x32.mat' in err
+
+    import torchvision.datasets.cifar
+    monkeypatch.setattr(torchvision.datasets.cifar, 'download_and_extract_archive', no_network)
+    code, out, err = run_main([*argv, '--dataset-download'], capsys)
+    assert code == 2 and 'could not download torch/cifar10' in err and 'drop --dataset-download' in err
+
+
+def test_existing_output_folder_is_not_overwritten(reference_run, capsys):
+    before = (reference_run / 'last.pth.tar').stat().st_mtime_ns
+    argv = [*RESUME_RUN, '--output', reference_run.parent, '--experiment', reference_run.name]
+    code, out, err = run_main(argv, capsys)
+    assert code == 2 and 'already exists' in err and '--resume' in err and '--overwrite' in err
+    assert (reference_run / 'last.pth.tar').stat().st_mtime_ns == before
+
+
+def test_overwrite_replaces_previous_run_files(tmp_path, capsys):
+    argv = [*TINY_MODEL, *FAST, *DIGITS, '--train-subset', 64, '--val-subset', 20, '--output', tmp_path,
+            '--experiment', 'o']
+    assert run_main([*argv, '--epochs', 3], capsys)[0] == 0
+    (tmp_path / 'o' / 'notes.txt').write_text('mine')
+    assert run_main([*argv, '--epochs', 1, '--overwrite'], capsys)[0] == 0
+    assert len(read_summary(tmp_path / 'o' / 'summary.csv')) == 1
+    assert sorted(p.name for p in (tmp_path / 'o').glob('checkpoint-*')) == ['checkpoint-0.pth.tar']
+    assert (tmp_path / 'o' / 'notes.txt').read_text() == 'mine'  # files it did not write are kept
+
+
+def test_timm_train_script_passthrough(tmp_path, capsys):
+    script = tmp_path / 'train.py'
+    report = tmp_path / 'report.txt'
+    script.write_text(
+        'import sys, timm\n'
+        f'open({str(report)!r}, "w").write(repr((timm.is_model("vit_tiny_patch2_32_mimetic"), sys.argv[1:])))\n'
+        'sys.exit(3)\n')
+    code = train_mod.main(['--timm-train-script', str(script), '--model', 'x', '-c', 'cfg.yaml'])
+    assert code == 3
+    assert report.read_text() == repr((True, ['--model', 'x', '-c', 'cfg.yaml']))
+    code, out, err = run_main(['--timm-train-script', str(tmp_path / 'missing.py')], capsys)
+    assert code == 2 and 'not in the installed package' in err
+
+
+def test_class_balanced_subset_is_deterministic():
+    digits = DigitsDataset('train')
+    assert len(digits) == 1347 and len(DigitsDataset('test')) == 450
+    a, b = ClassBalancedSubset(digits, 105, seed=0), ClassBalancedSubset(digits, 105, seed=0)
+    assert list(a.indices) == list(b.indices)
+    counts = torch.bincount(torch.tensor(a.targets), minlength=10)
+    assert counts.tolist() == [11] * 5 + [10] * 5
+    assert list(ClassBalancedSubset(digits, 105, seed=1).indices) != list(a.indices)

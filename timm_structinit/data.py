@@ -1,0 +1,305 @@
+""" Datasets for the training entry point: timm's factory plus the few sources it lacks, with strict split checks.
+
+* ImageFolder directories (`dataset=''`), `torch/cifar10`, `torch/cifar100` and the other `torch/` names go through
+  `timm.data.create_dataset`. Split folders are resolved here first: timm falls back to the whole root when a split
+  folder is missing, which would evaluate on training images, so a missing split is refused.
+* `torch/svhn` (or `svhn`): torchvision's SVHN, which timm's factory does not cover.
+* `sklearn/digits`: scikit-learn's bundled handwritten digits (1,797 real 8x8 grayscale images, 10 classes), which
+  needs no download. A fixed stratified split gives 1,347 training and 450 test images; images are upscaled to
+  the model's input size and repeated to 3 channels.
+* `ClassBalancedSubset`: a deterministic, class-balanced subset for CPU-scale runs.
+* `make_posterize_zero_bits_safe`: keeps timm's RandAugment working with Pillow >= 13 (see there).
+
+Every failure to find data raises `DataError` with the flag and path that would fix it.
+"""
+import os
+import urllib.error
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from PIL import Image, ImageOps
+from torch.utils.data import Dataset
+
+__all__ = [
+    'DataError', 'make_posterize_zero_bits_safe', 'DigitsDataset', 'ClassBalancedSubset', 'build_dataset',
+    'dataset_targets', 'dataset_classes',
+    'resolve_split_folder', 'check_dataset_name', 'TORCH_DATASETS', 'TRAIN_SPLITS', 'EVAL_SPLITS',
+]
+
+# the torchvision datasets timm's factory maps under 'torch/', plus SVHN which this module adds
+TORCH_DATASETS = ('cifar10', 'cifar100', 'mnist', 'kmnist', 'fashion_mnist', 'qmnist', 'svhn')
+# split synonyms, searched in this order, as timm's folder reader does
+TRAIN_SPLITS = ('train', 'training')
+EVAL_SPLITS = ('val', 'valid', 'validation', 'eval', 'evaluation')
+SHARED_CIFAR10_HINT = "--dataset '' --data-dir ../shared/data/cifar10 --train-split train --val-split test"
+
+
+class DataError(ValueError):
+    """ The data asked for cannot be found or used; the message says which flag or path would fix it. """
+
+
+def check_dataset_name(name: str) -> str:
+    """ Validate a `--dataset` name (before any data is touched) and return its kind: folder, torch, svhn, digits. """
+    prefix, sep, rest = name.partition('/')
+    if not name:
+        return 'folder'
+    if name.lower() in ('svhn', 'torch/svhn'):
+        return 'svhn'
+    if name.lower() == 'sklearn/digits':
+        return 'digits'
+    if sep and prefix.lower() == 'torch':
+        if rest.lower() in TORCH_DATASETS:
+            return 'torch'
+        raise DataError(f'--dataset {name!r}: unknown torch dataset {rest!r}; valid: '
+                        + ', '.join(f'torch/{n}' for n in TORCH_DATASETS))
+    if sep and prefix.lower() == 'hfds':
+        return 'hfds'
+    raise DataError(
+        f"--dataset {name!r} is not supported; valid: '' (an ImageFolder directory given by --data-dir), "
+        + ', '.join(f'torch/{n}' for n in TORCH_DATASETS) + ', svhn, sklearn/digits, hfds/<name>')
+
+
+def _split_kind(split: str) -> str:
+    name = split.split('[')[0].lower()
+    if name in TRAIN_SPLITS:
+        return 'train'
+    if name in EVAL_SPLITS or name == 'test':
+        return 'test'
+    return name
+
+
+def resolve_split_folder(root: str, split: str, flag: str) -> str:
+    """ Return the sub-folder of `root` holding `split`, or raise DataError; never fall back to `root` itself. """
+    if not os.path.isdir(root):
+        raise DataError(f'--data-dir {root!r} is not a directory (looked for {os.path.abspath(root)})')
+    name = split.split('[')[0]
+    synonyms = TRAIN_SPLITS if name in TRAIN_SPLITS else EVAL_SPLITS if name in EVAL_SPLITS else ()
+    candidates = [name] + [s for s in synonyms if s != name]
+    for candidate in candidates:
+        path = os.path.join(root, candidate)
+        if os.path.isdir(path):
+            return path
+    present = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    looked = ', '.join(repr(c) for c in candidates)
+    hint = ''
+    if flag == '--val-split' and 'test' in present:
+        hint = ' Pass --val-split test to evaluate on its test folder.'
+    raise DataError(
+        f'{flag} {split!r}: {os.path.abspath(root)} has no split folder {looked}; it has: '
+        f'{", ".join(present) or "no sub-folders"}.{hint} Refusing to read the whole directory, which would mix '
+        f'splits (and evaluate on training images).')
+
+
+class DigitsDataset(Dataset):
+    """ scikit-learn's handwritten digits as an image classification dataset.
+
+    The 1,797 real 8x8 images (16 gray levels) are split once, stratified by class with a fixed seed, into 1,347
+    training and 450 test images, fixed by a seed. Images are upscaled (bicubic) to `img_size` and
+    returned as RGB PIL images so timm's transforms apply unchanged.
+    """
+    num_test = 450
+    split_seed = 0
+    classes = [str(i) for i in range(10)]
+
+    def __init__(self, split: str = 'train', img_size: int = 32, transform=None, target_transform=None) -> None:
+        try:
+            from sklearn.datasets import load_digits
+            from sklearn.model_selection import train_test_split
+        except ImportError as e:
+            raise DataError(
+                "--dataset sklearn/digits needs scikit-learn: pip install 'timm-structinit[data]'") from e
+        kind = _split_kind(split)
+        if kind not in ('train', 'test'):
+            raise DataError(f'split {split!r} is not valid for sklearn/digits; valid: train, test (or val)')
+        digits = load_digits()
+        index = np.arange(len(digits.target))
+        train_idx, test_idx = train_test_split(
+            index, test_size=self.num_test, stratify=digits.target, random_state=self.split_seed)
+        self.indices = np.sort(train_idx if kind == 'train' else test_idx)
+        # 0..16 gray levels to 0..255
+        self.images = np.round(digits.images[self.indices] * (255. / 16.)).astype(np.uint8)
+        self.targets: List[int] = [int(t) for t in digits.target[self.indices]]
+        self.split = kind
+        self.img_size = img_size
+        self.transform = transform
+        self.target_transform = target_transform
+
+    def set_img_size(self, img_size: int) -> None:
+        """ Upscale to this size; the entry point sets it to the model's input size once the model is known. """
+        self.img_size = int(img_size)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        img = Image.fromarray(self.images[index], mode='L')
+        if self.img_size != img.size[0]:
+            img = img.resize((self.img_size, self.img_size), Image.BICUBIC)
+        img = img.convert('RGB')
+        target = self.targets[index]
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+
+
+class ClassBalancedSubset(Dataset):
+    """ A deterministic subset with (nearly) the same number of samples per class.
+
+    `num_samples // num_classes` per class, the remainder going one each to the first classes; samples are drawn
+    without replacement by a generator seeded with `seed`, and kept in the dataset's original order. The wrapped
+    dataset's `transform` is shared, so timm's loader factory can set it on the subset.
+    """
+
+    def __init__(self, dataset: Dataset, num_samples: int, seed: int = 0, flag: str = '--train-subset') -> None:
+        targets = np.asarray(dataset_targets(dataset))
+        if not 0 < num_samples:
+            raise DataError(f'{flag} {num_samples} must be a positive number of samples')
+        if num_samples > len(targets):
+            raise DataError(f'{flag} {num_samples} is larger than the dataset ({len(targets)} samples)')
+        classes = np.unique(targets)
+        per_class = [num_samples // len(classes) + int(i < num_samples % len(classes)) for i in range(len(classes))]
+        rng = np.random.default_rng(seed)
+        chosen = []
+        for cls, count in zip(classes, per_class):
+            members = np.flatnonzero(targets == cls)
+            if count > len(members):
+                raise DataError(
+                    f'{flag} {num_samples}: class {cls} has only {len(members)} samples, {count} needed for a '
+                    f'class-balanced subset; use at most {len(classes) * min(np.bincount(targets)[classes])}')
+            chosen.append(rng.permutation(members)[:count])
+        self.dataset = dataset
+        self.indices = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+        self.targets = targets[self.indices].tolist()
+
+    @property
+    def transform(self):
+        return self.dataset.transform
+
+    @transform.setter
+    def transform(self, transform) -> None:
+        self.dataset.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int):
+        return self.dataset[int(self.indices[index])]
+
+
+def dataset_targets(dataset: Dataset) -> Sequence[int]:
+    """ Integer labels of every sample, read without decoding images. """
+    if isinstance(dataset, (ClassBalancedSubset, DigitsDataset)):
+        return dataset.targets
+    reader = getattr(dataset, 'reader', None)
+    if reader is not None and hasattr(reader, 'samples'):  # timm folder reader
+        return [int(t) for _, t in reader.samples]
+    for attr in ('targets', 'labels'):  # torchvision (SVHN calls them labels)
+        values = getattr(dataset, attr, None)
+        if values is not None:
+            return [int(t) for t in (values.tolist() if hasattr(values, 'tolist') else values)]
+    raise DataError(f'cannot read the labels of {type(dataset).__name__}, so it cannot be subset by class')
+
+
+def dataset_classes(dataset: Dataset) -> Optional[List[str]]:
+    """ Class names in label order when the dataset knows them, else None. """
+    base = dataset.dataset if isinstance(dataset, ClassBalancedSubset) else dataset
+    reader = getattr(base, 'reader', None)
+    if reader is not None and hasattr(reader, 'class_to_idx'):
+        return [c for c, _ in sorted(reader.class_to_idx.items(), key=lambda kv: kv[1])]
+    classes = getattr(base, 'classes', None)
+    return list(classes) if classes is not None else None
+
+
+def _missing_copy_error(name: str, root: str, download: bool, cause: BaseException) -> DataError:
+    import torchvision.datasets as tvd
+    cls = {'cifar10': tvd.CIFAR10, 'cifar100': tvd.CIFAR100, 'svhn': tvd.SVHN}.get(name)
+    expected = getattr(cls, 'base_folder', None) if cls is not None else None
+    if name == 'svhn':
+        expected = 'train_32x32.mat / test_32x32.mat'
+    where = os.path.abspath(root)
+    what = f'{where}/{expected}' if expected else where
+    hint = f' Or train on an ImageFolder copy: {SHARED_CIFAR10_HINT}.' if name == 'cifar10' else ''
+    if download:
+        return DataError(
+            f'could not download torch/{name} into --data-dir {where} ({type(cause).__name__}: {cause}). Without '
+            f'internet, put a local copy at {what} and drop --dataset-download.{hint}')
+    return DataError(
+        f'torch/{name}: no local copy under --data-dir {where} (expected {what}). Fix: point --data-dir at the '
+        f'folder that holds it, or add --dataset-download to fetch it (needs internet).{hint}')
+
+
+def build_dataset(
+        name: str,
+        root: Optional[str],
+        split: str,
+        flag: str,
+        download: bool = False,
+        class_map: Optional[Dict[str, int]] = None,
+) -> Dataset:
+    """ Build one split of a dataset; `flag` names the split option (--train-split or --val-split) for errors. """
+    from timm.data import create_dataset
+    kind = check_dataset_name(name)
+    if kind == 'digits':
+        return DigitsDataset(split)
+    if not root:
+        raise DataError(f'--dataset {name!r} needs --data-dir (the folder holding the data)')
+    if kind == 'folder':
+        folder = resolve_split_folder(root, split, flag)
+        ds = create_dataset('', root=folder, split=split, search_split=False, class_map=class_map or '')
+        if len(ds) == 0:
+            raise DataError(f'{flag} {split!r}: no images found under {os.path.abspath(folder)}')
+        return ds
+    if kind == 'hfds':
+        return create_dataset(name, root=root, split=split, download=download)
+    short = name.split('/')[-1].lower()
+    try:
+        if kind == 'svhn':
+            import torchvision.datasets as tvd
+            svhn_split = {'train': 'train', 'test': 'test'}.get(_split_kind(split), split)
+            if svhn_split not in ('train', 'test', 'extra'):
+                raise DataError(f'{flag} {split!r} is not an SVHN split; valid: train, test, extra (val means test)')
+            try:
+                return tvd.SVHN(root, split=svhn_split, download=download)
+            except ImportError as e:
+                raise DataError('SVHN is stored as .mat files and needs scipy: pip install scipy') from e
+        return create_dataset(name, root=root, split=split, download=download)
+    except DataError:
+        raise
+    except (RuntimeError, OSError, urllib.error.URLError) as e:
+        raise _missing_copy_error(short, root, download, e) from e
+
+
+_timm_posterize = None
+
+
+def _posterize_zero_bits_safe(img: Image.Image, bits_to_keep: int, **kwargs) -> Image.Image:
+    """ timm's posterize op, except that keeping 0 bits gives the black image older Pillow returned. """
+    if bits_to_keep < 1:
+        return Image.new(img.mode, img.size)
+    return _timm_posterize(img, bits_to_keep, **kwargs)
+
+
+def make_posterize_zero_bits_safe() -> bool:
+    """ Let timm's RandAugment keep 0 bits in posterize again; returns True when the fix was needed.
+
+    timm's 'PosterizeIncreasing' (in every `-inc1` policy, e.g. 'rand-m9-mstd0.5-inc1') asks for 0 bits at full
+    magnitude, and 'Posterize' at low magnitude. Pillow before 13 returned a black image for that; Pillow 13 raises
+    ValueError, which stops training at a random batch (about 2% of PosterizeIncreasing draws at m9, mstd 0.5).
+    Only timm's op table is changed, and only when the installed Pillow rejects 0 bits.
+    """
+    global _timm_posterize
+    from timm.data import auto_augment
+    if _timm_posterize is not None:
+        return True
+    try:
+        ImageOps.posterize(Image.new('RGB', (1, 1)), 0)
+        return False  # this Pillow accepts 0 bits
+    except ValueError:
+        pass
+    _timm_posterize = auto_augment.posterize
+    for name, op in list(auto_augment.NAME_TO_OP.items()):
+        if op is _timm_posterize:
+            auto_augment.NAME_TO_OP[name] = _posterize_zero_bits_safe
+    return True
