@@ -41,8 +41,8 @@ class ImpulseCfg:
     share_layers: bool = False  # one set of offsets and one solve for every layer (the authors' 2024 default)
     solver: str = field(default='fast', metadata={'choices': tuple(SOLVERS)})
     # fast solver
-    fast_iters: int = field(default=100, metadata={'range': (1, 10 ** 6)})
-    fast_lr_scale: float = field(default=2.0, metadata=_POSITIVE)  # Adam step = fast_lr_scale / embed_dim
+    fast_iters: int = field(default=200, metadata={'range': (1, 10 ** 6)})
+    fast_lr_scale: float = field(default=3.0, metadata=_POSITIVE)  # Adam step = fast_lr_scale / embed_dim
     reuse_solutions: bool = True
     # adam (2024 reference) solver
     adam_iters: int = field(default=10000, metadata={'range': (1, 10 ** 7)})
