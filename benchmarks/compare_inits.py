@@ -12,8 +12,12 @@ coarser grid is also where the impulse structure is clearest at this width.
 Each finished run writes `runs/<run>/result.json`; a rerun skips runs already done, so the benchmark can be spread
 over several sittings. `report` (run automatically at the end) writes `results.md` and `curves.png`.
 
+`--probes` adds four single runs that take the comparison apart (Q/K against V/proj, 8 x 8 against the papers'
+16 x 16 grid); they are reported in a second table. The two patch-2 probes take about 3x as long as the others.
+
     python benchmarks/compare_inits.py                      # run what is missing, then report
     python benchmarks/compare_inits.py --only mimetic_s0    # one run
+    python benchmarks/compare_inits.py --probes             # the main runs, then the probes
     python benchmarks/compare_inits.py --report-only
 """
 import argparse
@@ -27,8 +31,9 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -36,16 +41,43 @@ DEFAULT_DATA = REPO.parent / 'shared' / 'data' / 'cifar10'
 
 ARCH = dict(img_size=32, patch_size=4, embed_dim=128, depth=6, num_heads=4)
 
-# init name -> (registered model, extra model kwargs, seeds, baseline of the same architecture)
-INITS: Dict[str, tuple] = {
-    'timm_default': ('vit_tiny_patch2_32', {}, (0, 1), None),
-    'sincos': ('vit_tiny_patch2_32_sincos', {}, (0,), None),
-    'gap_sincos': ('vit_tiny_patch2_32_gap_sincos', {}, (0,), None),
-    'mimetic': ('vit_tiny_patch2_32_mimetic', {}, (0, 1), 'sincos'),
-    'impulse3': ('vit_tiny_patch2_32_impulse3', {}, (0, 1), 'gap_sincos'),
-    'impulse5': ('vit_tiny_patch2_32_impulse5', {}, (0,), 'gap_sincos'),
-    'impulse2025': ('vit_tiny_patch2_32', {'struct_init': 'impulse2025'}, (0,), 'timm_default'),
+@dataclass(frozen=True)
+class Entry:
+    """ One init (or probe) of the comparison: a registered model, the kwargs that differ from ARCH, its seeds, and
+    the run it is measured against (the baseline of the same architecture). """
+    model: str
+    seeds: Tuple[int, ...]
+    baseline: Optional[str] = None
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    question: str = ''  # probes only: what the probe tests
+
+
+INITS: Dict[str, Entry] = {
+    'timm_default': Entry('vit_tiny_patch2_32', (0, 1)),
+    'sincos': Entry('vit_tiny_patch2_32_sincos', (0,)),
+    'gap_sincos': Entry('vit_tiny_patch2_32_gap_sincos', (0,)),
+    'mimetic': Entry('vit_tiny_patch2_32_mimetic', (0, 1), 'sincos'),
+    'impulse3': Entry('vit_tiny_patch2_32_impulse3', (0, 1), 'gap_sincos'),
+    'impulse5': Entry('vit_tiny_patch2_32_impulse5', (0,), 'gap_sincos'),
+    'impulse2025': Entry('vit_tiny_patch2_32', (0,), 'timm_default', {'struct_init': 'impulse2025'}),
 }
+
+# Probes (`--probes`): single runs, same recipe, that take the comparison apart to explain what the table shows.
+PROBES: Dict[str, Entry] = {
+    'mimetic_qk_only': Entry(
+        'vit_tiny_patch2_32_mimetic', (0,), 'sincos', {'struct_init_kwargs': {'vproj': False}},
+        'mimetic Q/K alone (V/proj at timm init): how much of mimetic comes from the attention maps?'),
+    'impulse3_mimetic_vproj': Entry(
+        'vit_tiny_patch2_32_impulse3', (0,), 'gap_sincos', {'struct_init_kwargs': {'vproj': 'mimetic'}},
+        'impulse-3 Q/K with mimetic V/proj: does impulse gain once V/proj is mimetic too?'),
+    'gap_sincos_p2': Entry(
+        'vit_tiny_patch2_32_gap_sincos', (0,), None, {'patch_size': 2},
+        'baseline on the papers\' 16 x 16 grid (patch 2)'),
+    'impulse3_p2': Entry(
+        'vit_tiny_patch2_32_impulse3', (0,), 'gap_sincos_p2', {'patch_size': 2},
+        'impulse-3 on the papers\' 16 x 16 grid: is the 8 x 8 grid too coarse for a 3 x 3 filter?'),
+}
+ENTRIES = {**INITS, **PROBES}
 
 RECIPE = [
     '--train-split', 'train', '--val-split', 'test', '--train-subset', '8000', '--val-subset', '5000',
@@ -60,18 +92,25 @@ def run_name(init: str, seed: int) -> str:
     return f'{init}_s{seed}'
 
 
-def all_runs() -> List[tuple]:
-    """ Every init's first seed before any second seed, so a partial benchmark already compares them all. """
-    runs = [(init, seed) for init, (_, _, seeds, _) in INITS.items() for seed in seeds]
+def all_runs(entries: Dict[str, Entry]) -> List[tuple]:
+    """ Every entry's first seed before any second seed, so a partial benchmark already compares them all. """
+    runs = [(name, seed) for name, entry in entries.items() for seed in entry.seeds]
     return sorted(runs, key=lambda run: run[1])
 
 
-def train_command(init: str, seed: int, data_dir: Path, out: Path) -> List[str]:
-    model, extra, _, _ = INITS[init]
-    kwargs = {**ARCH, **extra}
+def model_kwargs(entry: Entry) -> Dict[str, Any]:
+    return {**ARCH, **entry.kwargs}
+
+
+def grid_of(kwargs: Dict[str, Any]) -> int:
+    return kwargs['img_size'] // kwargs['patch_size']
+
+
+def train_command(name: str, seed: int, data_dir: Path, out: Path) -> List[str]:
+    entry = ENTRIES[name]
     return [
-        sys.executable, '-m', 'timm_structinit.train', '--data-dir', str(data_dir), '--model', model,
-        '--model-kwargs', *[f'{k}={v}' for k, v in kwargs.items()], '--seed', str(seed),
+        sys.executable, '-m', 'timm_structinit.train', '--data-dir', str(data_dir), '--model', entry.model,
+        '--model-kwargs', *[f'{k}={v}' for k, v in model_kwargs(entry).items()], '--seed', str(seed),
         '--output', str(out.parent), '--experiment', out.name, *RECIPE,
     ]
 
@@ -81,24 +120,25 @@ def read_summary(path: Path) -> List[dict]:
         return [{k: float(v) for k, v in row.items() if v not in ('', None)} for row in csv.DictReader(f)]
 
 
-def do_run(init: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
-    name = run_name(init, seed)
-    result_file = runs_dir / name / 'result.json'
+def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
+    run = run_name(name, seed)
+    result_file = runs_dir / run / 'result.json'
     if result_file.exists():
-        print(f'[skip] {name}: done', flush=True)
+        print(f'[skip] {run}: done', flush=True)
         return
-    work = runs_dir / f'{name}.partial'
+    work = runs_dir / f'{run}.partial'
     if work.exists():  # an interrupted run: start it again from scratch
         shutil.rmtree(work)
-    command = train_command(init, seed, data_dir, work)
-    print(f'[run] {name}: {" ".join(command)}', flush=True)
+    command = train_command(name, seed, data_dir, work)
+    print(f'[run] {run}: {" ".join(command)}', flush=True)
     start = time.time()
-    with open(runs_dir / f'{name}.log', 'w') as log:
+    with open(runs_dir / f'{run}.log', 'w') as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                        env={**os.environ, 'PYTHONUNBUFFERED': '1'})
     rows = read_summary(work / 'summary.csv')
+    entry = ENTRIES[name]
     result = dict(
-        init=init, seed=seed, model=INITS[init][0], model_kwargs={**ARCH, **INITS[init][1]},
+        init=name, seed=seed, model=entry.model, model_kwargs=model_kwargs(entry),
         final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows), epochs=len(rows),
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
         seconds=round(time.time() - start, 1), command=' '.join(command[1:]),
@@ -106,8 +146,8 @@ def do_run(init: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
     (work / 'result.json').write_text(json.dumps(result, indent=1))
     for ckpt in work.glob('*.pth.tar'):  # keep the record small: curves and results, not weights
         ckpt.unlink()
-    work.rename(runs_dir / name)
-    print(f'[done] {name}: final {result["final_top1"]:.2f} best {result["best_top1"]:.2f} '
+    work.rename(runs_dir / run)
+    print(f'[done] {run}: final {result["final_top1"]:.2f} best {result["best_top1"]:.2f} '
           f'in {result["seconds"] / 60:.1f} min', flush=True)
 
 
@@ -115,43 +155,63 @@ def _spread(values: List[float]) -> str:
     return f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}' if len(values) > 1 else f'{values[0]:.2f}'
 
 
+def _table(entries: Dict[str, Entry], by_name: Dict[str, List[dict]], probes: bool) -> List[str]:
+    means = {name: statistics.mean(r['final_top1'] for r in rs) for name, rs in by_name.items()}
+    head = '| init | model | seeds | final top-1 | best top-1 | gap to same-architecture baseline (final) |'
+    lines = [head + (' question |' if probes else ''), '|---' * (7 if probes else 6) + '|']
+    for name, entry in entries.items():
+        label = f'`{entry.model}`' + (f' + {entry.kwargs}' if entry.kwargs else '')
+        rs = by_name.get(name, [])
+        question = f' {entry.question} |' if probes else ''
+        if not rs:
+            lines.append(f'| {name} | {label} | 0/{len(entry.seeds)} | not run yet | | |{question}')
+            continue
+        gap = ''
+        if entry.baseline is not None and entry.baseline in means:
+            gap = f'{means[name] - means[entry.baseline]:+.2f} vs {entry.baseline}'
+        finals, bests = [r['final_top1'] for r in rs], [r['best_top1'] for r in rs]
+        lines.append(f'| {name} | {label} | {len(rs)}/{len(entry.seeds)} | {_spread(finals)} | {_spread(bests)} '
+                     f'| {gap} |{question}')
+    return lines
+
+
 def report(out_dir: Path, command: str) -> None:
     runs_dir = out_dir / 'runs'
     results = [json.loads(p.read_text()) for p in sorted(runs_dir.glob('*/result.json'))]
-    by_init: Dict[str, List[dict]] = {}
+    by_name: Dict[str, List[dict]] = {}
     for r in results:
-        by_init.setdefault(r['init'], []).append(r)
+        by_name.setdefault(r['init'], []).append(r)
+    grid = grid_of(ARCH)
     lines = [
         '# Init comparison on real CIFAR-10 (shared JPEG copy), CPU scale',
         '',
         f'- command: `{command}`',
         f'- date of this report: {datetime.datetime.now().isoformat(timespec="seconds")}; '
-        f'machine: {platform.machine()}, {os.cpu_count()} CPU cores, no GPU',
+        f'machine: {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; dates of the runs: '
+        f'{min((r["date"] for r in results), default="-")[:10]} to {max((r["date"] for r in results), default="-")[:10]}',
         f'- scale: ViT width {ARCH["embed_dim"]}, depth {ARCH["depth"]}, {ARCH["num_heads"]} heads, patch '
-        f'{ARCH["patch_size"]} on 32x32 (8 x 8 tokens); class-balanced 8,000 training images; 15 epochs; top-1 on a '
-        'class-balanced 5,000-image subset of the test split',
-        f'- recipe (same for every init): `{" ".join(RECIPE)}`',
-        '- spread: mean ± standard deviation over seeds (one value where one seed ran)',
+        f'{ARCH["patch_size"]} on 32x32 ({grid} x {grid} tokens); class-balanced 8,000 training images; 15 epochs; '
+        'top-1 on a class-balanced 5,000-image subset of the test split',
+        f'- recipe (same for every run): `{" ".join(RECIPE)}`',
+        '- spread: mean ± standard deviation over seeds (one value where one seed ran); each run\'s exact command, '
+        'curve and duration are in `runs/<run>/result.json`',
         '',
-        '| init | model | seeds | final top-1 | best top-1 | gap to same-architecture baseline (final) |',
-        '|---|---|---|---|---|---|',
+        *_table(INITS, by_name, probes=False),
     ]
-    means = {init: statistics.mean(r['final_top1'] for r in rs) for init, rs in by_init.items()}
-    for init, (model, extra, seeds, baseline) in INITS.items():
-        rs = by_init.get(init, [])
-        if not rs:
-            lines.append(f'| {init} | `{model}` | 0/{len(seeds)} | not run yet | | |')
-            continue
-        finals, bests = [r['final_top1'] for r in rs], [r['best_top1'] for r in rs]
-        gap = ''
-        if baseline is not None and baseline in means:
-            gap = f'{means[init] - means[baseline]:+.2f} vs {baseline}'
-        label = f'`{model}`' + (f' + {extra}' if extra else '')
-        lines.append(f'| {init} | {label} | {len(rs)}/{len(seeds)} | {_spread(finals)} | {_spread(bests)} | {gap} |')
+    if any(name in by_name for name in PROBES):
+        lines += [
+            '',
+            '## Probes (`python benchmarks/compare_inits.py --probes`)',
+            '',
+            'Same recipe, one seed each; kwargs shown are the changes from the scale above.',
+            '',
+            *_table(PROBES, by_name, probes=True),
+        ]
     (out_dir / 'results.md').write_text('\n'.join(lines) + '\n')
     print('\n'.join(lines))
-    if results:
-        plot_curves(results, out_dir / 'curves.png')
+    main_results = [r for r in results if r['init'] in INITS]
+    if main_results:
+        plot_curves(main_results, out_dir / 'curves.png')
 
 
 def plot_curves(results: List[dict], out: Path) -> None:
@@ -167,7 +227,9 @@ def plot_curves(results: List[dict], out: Path) -> None:
         ax.plot(range(1, len(r['curve']) + 1), r['curve'], color=colors[r['init']], label=label,
                 linestyle='-' if r['seed'] == 0 else '--')
     ax.set_xlabel('epoch'), ax.set_ylabel('test top-1 (%)')
-    ax.set_title('CIFAR-10, 8k train images, ViT 128/6/4 patch 4 (dashed: seed 1)')
+    grid = grid_of(ARCH)
+    ax.set_title(f'CIFAR-10, 8k train images, ViT {ARCH["embed_dim"]}/{ARCH["depth"]}/{ARCH["num_heads"]} '
+                 f'patch {ARCH["patch_size"]} ({grid}x{grid} tokens); dashed: seed 1')
     ax.grid(alpha=0.3), ax.legend(fontsize=8)
     fig.tight_layout()
     tmp = out.with_name(f'.{out.name}.tmp.png')
@@ -181,18 +243,27 @@ def main(argv=None) -> None:
     parser.add_argument('--data-dir', type=Path, default=DEFAULT_DATA)
     parser.add_argument('--out-dir', type=Path, default=HERE / 'results' / 'compare_inits')
     parser.add_argument('--only', nargs='*', default=None, help='run names (e.g. mimetic_s0) or init names')
+    parser.add_argument('--probes', action='store_true', help='also run the probes (after the main runs)')
     parser.add_argument('--report-only', action='store_true')
     args = parser.parse_args(argv)
-    command = 'python benchmarks/compare_inits.py' + (f' --only {" ".join(args.only)}' if args.only else '')
+    if args.only:
+        known = {run_name(n, s) for n, s in all_runs(ENTRIES)} | set(ENTRIES)
+        unknown = [name for name in args.only if name not in known]
+        if unknown:
+            parser.error(f'--only {" ".join(unknown)}: unknown; valid: {", ".join(sorted(known))}')
+    command = 'python benchmarks/compare_inits.py' + (' --probes' if args.probes else '') + (
+        f' --only {" ".join(args.only)}' if args.only else '')
     runs_dir = args.out_dir / 'runs'
-    runs_dir.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         if not (args.data_dir / 'train').is_dir():
             sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
-        for init, seed in all_runs():
-            if args.only and run_name(init, seed) not in args.only and init not in args.only:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        selected = ENTRIES if args.probes or args.only else INITS
+        for name, seed in all_runs(INITS) + (all_runs(PROBES) if selected is ENTRIES else []):
+            if args.only and run_name(name, seed) not in args.only and name not in args.only:
                 continue
-            do_run(init, seed, args.data_dir, runs_dir)
+            do_run(name, seed, args.data_dir, runs_dir)
+    runs_dir.mkdir(parents=True, exist_ok=True)
     report(args.out_dir, command)
 
 

@@ -28,6 +28,31 @@ def test_impulse_summary_reports_offsets():
     assert str(rows[0]['offset']) in text and 'hit' in text.splitlines()[0]
 
 
+def test_impulse_mass_on_images_matches_the_image_maps():
+    model = timm.create_model('vit_tiny_patch2_32_impulse3', struct_init_seed=0, depth=2)
+    images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    rows = summarize(model, images)
+    grid, n = (16, 16), 256
+    for row in rows:
+        # patch content dilutes the position signal: below the pseudo-input mass, far above chance (1 / N)
+        assert 5 / n < row['image_mass'] < row['target_mass']
+    maps = image_attention_maps(model, 1, images)
+    dy, dx = rows[3]['offset']  # layer 1, head 0
+    query = 5 * 16 + 7
+    assert maps[0, query, (5 + dy) * 16 + 7 + dx] > 5 / n
+    expected = torch.stack([maps[0, r * 16 + c, (r + dy) * 16 + c + dx]
+                            for r in range(16) for c in range(16) if 0 <= r + dy < 16 and 0 <= c + dx < 16]).mean()
+    assert abs(rows[3]['image_mass'] - expected.item()) < 1e-6
+    assert 'img mass' in format_summary(rows).splitlines()[0]
+
+
+def test_impulse2025_maps_use_its_own_pseudo_input():
+    # the 2025 init solves on LayerNorm of the model's (x18) position embedding, not on the sin-cos table
+    model = timm.create_model('vit_tiny_patch2_32', struct_init='impulse2025', struct_init_seed=0, depth=1)
+    rows = summarize(model)
+    assert all(row['hit_rate'] > 0.9 and row['target_mass'] > 0.4 for row in rows)
+
+
 def test_baseline_has_no_structure():
     rows = summarize(timm.create_model('vit_tiny_patch2_32', **TINY))
     assert all(abs(r['qk_diag_mean']) < 0.01 for r in rows)
@@ -77,7 +102,7 @@ def test_show_command(tmp_path, capsys, cifar10_dir):
                  '--images', str(cifar10_dir / 'test'), '--num-images', '8', '--out', str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and out.stat().st_size > 10_000
-    assert 'solver fast' in printed and 'offset' in printed and len(printed.splitlines()) >= 2 + 6
+    assert 'solver fast' in printed and 'img mass' in printed and len(printed.splitlines()) >= 2 + 6
 
 
 def test_show_applies_init_to_timm_model_and_refuses_bad_input(tmp_path, capsys):

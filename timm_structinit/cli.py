@@ -154,6 +154,7 @@ def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_show(args: argparse.Namespace) -> int:
+    from .attention import find_attention
     from .diagnostics import format_summary, load_images, plot_layer, summarize
     from .hub import build_model
     from .struct_init import apply_init, get_init
@@ -165,10 +166,11 @@ def _run_show(args: argparse.Namespace) -> int:
                         use_ema=args.use_ema)
     if args.init is not None:
         apply_init(model, args.init, seed=args.seed, **args.init_kwargs)
-    rows = summarize(model)
-    depth = 1 + rows[-1]['layer']
+    depth = len(find_attention(model))
     if not 0 <= args.layer < depth:
         raise ValueError(f'--layer={args.layer} is out of range; the model has layers 0..{depth - 1}')
+    images = load_images(args.images, model, args.num_images) if args.images else None
+    rows = summarize(model, images)
     record = getattr(model, 'struct_init_record', None)
     if record:
         print(f"init: {record['method']} (seed {record['seed']}"
@@ -177,7 +179,6 @@ def _run_show(args: argparse.Namespace) -> int:
     else:
         print('init: timm default (no structured init)')
     print(format_summary(rows))
-    images = load_images(args.images, model, args.num_images) if args.images else None
     out = args.out or f'{args.model.replace("/", "_").replace(":", "_")}_layer{args.layer}.png'
     plot_layer(model, args.layer, out, images=images, title=f'{args.model}: layer {args.layer}')
     print(f'figure: {out}')

@@ -11,8 +11,8 @@ from torch import nn
 
 from .attention import find_attention, read_qk, read_vproj
 from .impulse import impulse_target
+from .impulse_init import impulse_pseudo_input
 from .impulse_solvers import attention_maps, map_metrics
-from .pos_embed import pseudo_input
 
 __all__ = [
     'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
@@ -47,42 +47,55 @@ def _grid(model: nn.Module):
 
 @torch.no_grad()
 def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
-    """ Attention maps of a layer on the 2024 pseudo input (LayerNorm of the grid's sin-cos table): (heads, N, N).
+    """ Attention maps of a layer on a pseudo input: (heads, N, N), patch tokens only.
 
-    Patch tokens only: what the impulse init solves on, and a model-independent probe of any init's locality.
+    The pseudo input is the one the model's impulse init solved on (LayerNorm of its own position embedding for
+    `impulse2025`), else the 2024 one (LayerNorm of the grid's sin-cos table), a model-independent probe of any
+    init's locality.
     """
+    _grid(model)
     attn = find_attention(model)[layer]
     wq, wk = read_qk(attn)
-    return attention_maps(pseudo_input(_grid(model), attn.qkv.in_features), wq, wk)
+    kind = ((getattr(model, 'struct_init_record', None) or {}).get('cfg') or {}).get('pseudo_input', 'sincos')
+    return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, kind), wq, wk)
 
 
 @torch.no_grad()
 def image_attention_maps(model: nn.Module, layer: int, images: torch.Tensor) -> torch.Tensor:
-    """ A layer's attention probabilities averaged over a batch of images: (heads, tokens, tokens).
+    """ A layer's attention probabilities averaged over a batch of images: (heads, tokens, tokens). """
+    return _image_attention_maps(model, [layer], images)[layer]
 
-    timm's attention runs fused kernels that never materialize the probabilities, so a hook on the attention
+
+@torch.no_grad()
+def _image_attention_maps(model: nn.Module, layers: Sequence[int], images: torch.Tensor) -> Dict[int, torch.Tensor]:
+    """ Several layers' maps from one forward pass.
+
+    timm's attention runs fused kernels that never materialize the probabilities, so a hook on each attention
     module's input recomputes them from its own weights (qk norm is refused by `find_attention`).
     """
-    attn = find_attention(model)[layer]
-    captured = {}
+    attns = find_attention(model)
+    captured: Dict[int, torch.Tensor] = {}
 
-    def hook(module, args):
-        x = args[0]
-        batch, tokens, dim = x.shape
-        qkv = module.qkv(x).reshape(batch, tokens, 3, module.num_heads, dim // module.num_heads)
-        q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
-        probs = (q @ k.transpose(-1, -2) * (dim // module.num_heads) ** -0.5).softmax(-1)
-        captured['maps'] = probs.mean(0)
+    def hook_for(layer):
+        def hook(module, args):
+            x = args[0]
+            batch, tokens, dim = x.shape
+            qkv = module.qkv(x).reshape(batch, tokens, 3, module.num_heads, dim // module.num_heads)
+            q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
+            probs = (q @ k.transpose(-1, -2) * (dim // module.num_heads) ** -0.5).softmax(-1)
+            captured[layer] = probs.mean(0)
+        return hook
 
-    handle = attn.register_forward_pre_hook(hook)
+    handles = [attns[layer].register_forward_pre_hook(hook_for(layer)) for layer in layers]
     try:
         was_training = model.training
         model.eval()
         model(images)
         model.train(was_training)
     finally:
-        handle.remove()
-    return captured['maps']
+        for handle in handles:
+            handle.remove()
+    return captured
 
 
 def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
@@ -98,8 +111,10 @@ def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
     return torch.stack([dataset[i][0] for i in range(0, len(dataset), step)[:count]])
 
 
-def summarize(model: nn.Module) -> List[Dict[str, Any]]:
-    """ One row per layer and head: product statistics, and for impulse models offset, hit rate, target mass. """
+def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[Dict[str, Any]]:
+    """ One row per layer and head: product statistics, and for impulse models offset, hit rate and target mass on
+    the pseudo input, plus, with `images`, the mass on the target averaged over those images (`image_mass`: the
+    real input mixes patch content into the position signal, so it is lower than on the pseudo input). """
     record = getattr(model, 'struct_init_record', None) or {}
     offsets = record.get('offsets')
     grid = None
@@ -107,8 +122,12 @@ def summarize(model: nn.Module) -> List[Dict[str, Any]]:
         grid = _grid(model)
     except ValueError:
         pass
+    attns = find_attention(model)
+    real = None
+    if images is not None and offsets is not None and grid is not None:
+        real = _image_attention_maps(model, range(len(attns)), images)
     rows = []
-    for layer, attn in enumerate(find_attention(model)):
+    for layer, attn in enumerate(attns):
         qk = qk_products(attn)
         vp = product_stats(vproj_product(attn))
         maps = pseudo_input_maps(model, layer) if grid is not None else None
@@ -122,6 +141,10 @@ def summarize(model: nn.Module) -> List[Dict[str, Any]]:
                 metrics = map_metrics(maps[head:head + 1], target.unsqueeze(0))
                 row.update(offset=offset, hit_rate=metrics['hit_rate'].item(),
                            target_mass=metrics['target_mass'].item())
+                if real is not None:
+                    n = target.shape[0]
+                    patch = real[layer][head:head + 1, -n:, -n:]  # patch queries and keys (prefix tokens lead)
+                    row['image_mass'] = map_metrics(patch, target.unsqueeze(0))['target_mass'].item()
             rows.append(row)
     return rows
 
@@ -129,14 +152,17 @@ def summarize(model: nn.Module) -> List[Dict[str, Any]]:
 def format_summary(rows: Sequence[Dict[str, Any]]) -> str:
     header = f'{"layer":>5} {"head":>4} {"qk diag":>8} {"qk off sd":>9} {"vp diag":>8} {"vp off sd":>9}'
     impulse = 'offset' in rows[0]
+    on_images = 'image_mass' in rows[0]
     if impulse:
-        header += f' {"offset":>8} {"hit":>6} {"mass":>6}'
+        header += f' {"offset":>8} {"hit":>6} {"mass":>6}' + (f' {"img mass":>8}' if on_images else '')
     lines = [header]
     for r in rows:
         line = (f'{r["layer"]:5d} {r["head"]:4d} {r["qk_diag_mean"]:8.3f} {r["qk_offdiag_std"]:9.4f} '
                 f'{r["vproj_diag_mean"]:8.3f} {r["vproj_offdiag_std"]:9.4f}')
         if impulse:
             line += f' {str(r["offset"]):>8} {r["hit_rate"]:6.3f} {r["target_mass"]:6.3f}'
+            if on_images:
+                line += f' {r["image_mass"]:8.3f}'
         lines.append(line)
     return '\n'.join(lines)
 

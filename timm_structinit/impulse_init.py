@@ -92,17 +92,12 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
             f"pseudo_input='sincos' needs embed_dim divisible by 4, got {geometry['embed_dim']}")
 
 
-def impulse_pseudo_input(model: nn.Module, embed_dim: int, cfg: ImpulseCfg) -> torch.Tensor:
-    """ (N, D) pseudo input for the model's patch grid (scales the model's pos_embed first when asked). """
-    grid = tuple(model.patch_embed.grid_size)
+def impulse_pseudo_input(model: nn.Module, embed_dim: int, kind: str = 'sincos') -> torch.Tensor:
+    """ (N, D) pseudo input an impulse init solves on: LayerNorm (no affine) of the model grid's sin-cos table
+    (`kind='sincos'`) or of the model's own patch position embedding as it is now (`kind='pos_embed'`). """
+    if kind == 'sincos':
+        return pseudo_input(tuple(model.patch_embed.grid_size), embed_dim)
     pos_embed = getattr(model, 'pos_embed', None)
-    if cfg.pos_embed_scale != 1.0:
-        if pos_embed is None:
-            raise ValueError(f'pos_embed_scale={cfg.pos_embed_scale} needs a model with a position embedding')
-        with torch.no_grad():
-            pos_embed.mul_(cfg.pos_embed_scale)
-    if cfg.pseudo_input == 'sincos':
-        return pseudo_input(grid, embed_dim)
     if pos_embed is None:
         raise ValueError("pseudo_input='pos_embed' needs a model with a position embedding")
     table = pos_embed.detach().float()[0]
@@ -117,7 +112,11 @@ def impulse_init_(model: nn.Module, attns: List[nn.Module], cfg: ImpulseCfg, gen
     dim, heads = attns[0].qkv.in_features, attns[0].num_heads
     head_dim = dim // heads
     grid = tuple(model.patch_embed.grid_size)
-    x = impulse_pseudo_input(model, dim, cfg)
+    if cfg.pos_embed_scale != 1.0:  # the model keeps the scaled embedding (the 2025 authors' code)
+        if getattr(model, 'pos_embed', None) is None:
+            raise ValueError(f'pos_embed_scale={cfg.pos_embed_scale} needs a model with a position embedding')
+        model.pos_embed.mul_(cfg.pos_embed_scale)
+    x = impulse_pseudo_input(model, dim, cfg.pseudo_input)
     solved_layers = 1 if cfg.share_layers else len(attns)
     offsets = [draw_offsets(heads, cfg.kernel_size, cfg.offsets, generator) for _ in range(solved_layers)]
     targets = torch.stack([impulse_target(grid, o, cfg.border) for layer in offsets for o in layer])
