@@ -229,7 +229,7 @@ def plot_curves(results: List[dict], out: Path) -> None:
     ax.set_xlabel('epoch'), ax.set_ylabel('test top-1 (%)')
     grid = grid_of(ARCH)
     ax.set_title(f'CIFAR-10, 8k train images, ViT {ARCH["embed_dim"]}/{ARCH["depth"]}/{ARCH["num_heads"]} '
-                 f'patch {ARCH["patch_size"]} ({grid}x{grid} tokens); dashed: seed 1')
+                 f'patch {ARCH["patch_size"]} ({grid}x{grid} tokens); dashed: seed 1', fontsize=10)
     ax.grid(alpha=0.3), ax.legend(fontsize=8)
     fig.tight_layout()
     tmp = out.with_name(f'.{out.name}.tmp.png')

@@ -1,4 +1,5 @@
 """ Diagnostics report the structures the inits write, and the figure is drawn. """
+import pytest
 import timm
 import torch
 
@@ -32,7 +33,7 @@ def test_impulse_mass_on_images_matches_the_image_maps():
     model = timm.create_model('vit_tiny_patch2_32_impulse3', struct_init_seed=0, depth=2)
     images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     rows = summarize(model, images)
-    grid, n = (16, 16), 256
+    n = 256
     for row in rows:
         # patch content dilutes the position signal: below the pseudo-input mass, far above chance (1 / N)
         assert 5 / n < row['image_mass'] < row['target_mass']
@@ -44,6 +45,22 @@ def test_impulse_mass_on_images_matches_the_image_maps():
                             for r in range(16) for c in range(16) if 0 <= r + dy < 16 and 0 <= c + dx < 16]).mean()
     assert abs(rows[3]['image_mass'] - expected.item()) < 1e-6
     assert 'img mass' in format_summary(rows).splitlines()[0]
+
+
+def test_image_mass_skips_prefix_tokens():
+    # class and register tokens lead the sequence; the mass is read on the patch-to-patch block
+    model = timm.create_model('vit_tiny_patch2_32', struct_init='impulse', struct_init_seed=0, depth=1, reg_tokens=2)
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    rows = summarize(model, images)
+    maps = image_attention_maps(model, 0, images)
+    assert maps.shape[-1] == 3 + 256
+    dy, dx = rows[0]['offset']
+    expected = torch.stack([maps[0, 3 + r * 16 + c, 3 + (r + dy) * 16 + c + dx]
+                            for r in range(16) for c in range(16) if 0 <= r + dy < 16 and 0 <= c + dx < 16]).mean()
+    assert abs(rows[0]['image_mass'] - expected.item()) < 1e-6
+    with pytest.raises(ValueError, match='images gave'):
+        summarize(timm.create_model('vit_tiny_patch2_32', struct_init='impulse', struct_init_seed=0, depth=1,
+                                    dynamic_img_size=True), torch.randn(1, 3, 16, 16))
 
 
 def test_impulse2025_maps_use_its_own_pseudo_input():

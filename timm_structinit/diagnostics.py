@@ -53,11 +53,26 @@ def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
     `impulse2025`), else the 2024 one (LayerNorm of the grid's sin-cos table), a model-independent probe of any
     init's locality.
     """
-    _grid(model)
+    _grid(model)  # a ValueError for a model without a patch grid
     attn = find_attention(model)[layer]
     wq, wk = read_qk(attn)
-    kind = ((getattr(model, 'struct_init_record', None) or {}).get('cfg') or {}).get('pseudo_input', 'sincos')
+    kind = _init_cfg(model).get('pseudo_input', 'sincos')
     return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, kind), wq, wk)
+
+
+def _init_cfg(model: nn.Module) -> Dict[str, Any]:
+    """ The hyperparameters the model's structured init ran with ({} without one). """
+    return (getattr(model, 'struct_init_record', None) or {}).get('cfg') or {}
+
+
+def _patch_block(maps: torch.Tensor, model: nn.Module, num_patches: int) -> torch.Tensor:
+    """ The patch-to-patch block of (heads, tokens, tokens) maps: timm puts class and register tokens first. """
+    prefix = getattr(model, 'num_prefix_tokens', 0)
+    if maps.shape[-1] != prefix + num_patches:
+        raise ValueError(
+            f'the images gave {maps.shape[-1]} tokens, but the model has {prefix} prefix tokens and a grid of '
+            f'{num_patches} patches; pass images of the model\'s input size')
+    return maps[..., prefix:, prefix:]
 
 
 @torch.no_grad()
@@ -87,12 +102,12 @@ def _image_attention_maps(model: nn.Module, layers: Sequence[int], images: torch
         return hook
 
     handles = [attns[layer].register_forward_pre_hook(hook_for(layer)) for layer in layers]
+    was_training = model.training
     try:
-        was_training = model.training
         model.eval()
         model(images)
-        model.train(was_training)
     finally:
+        model.train(was_training)
         for handle in handles:
             handle.remove()
     return captured
@@ -114,7 +129,8 @@ def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
 def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[Dict[str, Any]]:
     """ One row per layer and head: product statistics, and for impulse models offset, hit rate and target mass on
     the pseudo input, plus, with `images`, the mass on the target averaged over those images (`image_mass`: the
-    real input mixes patch content into the position signal, so it is lower than on the pseudo input). """
+    real input mixes patch content into the position signal, so it is lower than on the pseudo input). Models
+    without impulse offsets (mimetic, timm default) have no target: `images` adds nothing to their rows. """
     record = getattr(model, 'struct_init_record', None) or {}
     offsets = record.get('offsets')
     grid = None
@@ -137,13 +153,12 @@ def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[D
             row.update({f'vproj_{k}': v for k, v in vp.items()})
             if offsets is not None and maps is not None:
                 offset = tuple(offsets[layer][head])
-                target = impulse_target(grid, offset, record.get('cfg', {}).get('border', 'zero'))
+                target = impulse_target(grid, offset, _init_cfg(model).get('border', 'zero'))
                 metrics = map_metrics(maps[head:head + 1], target.unsqueeze(0))
                 row.update(offset=offset, hit_rate=metrics['hit_rate'].item(),
                            target_mass=metrics['target_mass'].item())
                 if real is not None:
-                    n = target.shape[0]
-                    patch = real[layer][head:head + 1, -n:, -n:]  # patch queries and keys (prefix tokens lead)
+                    patch = _patch_block(real[layer][head:head + 1], model, target.shape[0])
                     row['image_mass'] = map_metrics(patch, target.unsqueeze(0))['target_mass'].item()
             rows.append(row)
     return rows
@@ -191,7 +206,7 @@ def plot_layer(
     zoom = zoom or min(n, 2 * grid[1] + 2)
     maps = pseudo_input_maps(model, layer)
     real = image_attention_maps(model, layer, images) if images is not None else None
-    prefix = real.shape[-1] - n if real is not None else 0
+    real_patches = _patch_block(real, model, n) if real is not None else None
     qk = qk_products(attn)
     columns = ['pseudo input', f'zoom {zoom}x{zoom}', 'centre query'] + (
         ['real images', 'real zoom'] if real is not None else []) + ['W_q W_k^T']
@@ -200,7 +215,7 @@ def plot_layer(
     for head in range(heads):
         panels = [maps[head], maps[head, :zoom, :zoom], maps[head, centre].view(*grid)]
         if real is not None:
-            patch = real[head, prefix:, prefix:]
+            patch = real_patches[head]
             panels += [patch, patch[:zoom, :zoom]]
         panels.append(qk[head])
         for col, panel in enumerate(panels):

@@ -31,6 +31,7 @@ from .pos_embed import pseudo_input
 __all__ = ['ImpulseCfg', 'impulse_init_', 'impulse_pseudo_input', 'check_impulse_model']
 
 _POSITIVE = {'range': (1e-12, float('inf'))}
+PSEUDO_INPUTS = ('sincos', 'pos_embed')
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class ImpulseCfg:
     factor_norm: float = field(default=7.0, metadata=_POSITIVE)
     # pseudo input: 'sincos' (LayerNorm of the grid's sin-cos table) or 'pos_embed' (LayerNorm of the model's own
     # patch position embedding after scaling it by pos_embed_scale, which the model keeps)
-    pseudo_input: str = field(default='sincos', metadata={'choices': ('sincos', 'pos_embed')})
+    pseudo_input: str = field(default='sincos', metadata={'choices': PSEUDO_INPUTS})
     pos_embed_scale: float = field(default=1.0, metadata=_POSITIVE)
     vproj: str = field(default='keep', metadata={'choices': ('keep', 'mimetic')})
 
@@ -95,6 +96,8 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
 def impulse_pseudo_input(model: nn.Module, embed_dim: int, kind: str = 'sincos') -> torch.Tensor:
     """ (N, D) pseudo input an impulse init solves on: LayerNorm (no affine) of the model grid's sin-cos table
     (`kind='sincos'`) or of the model's own patch position embedding as it is now (`kind='pos_embed'`). """
+    if kind not in PSEUDO_INPUTS:
+        raise ValueError(f'pseudo input kind={kind!r} is unknown; valid: {", ".join(PSEUDO_INPUTS)}')
     if kind == 'sincos':
         return pseudo_input(tuple(model.patch_embed.grid_size), embed_dim)
     pos_embed = getattr(model, 'pos_embed', None)
