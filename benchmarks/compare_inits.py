@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from results_file import write_lines
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_DATA = REPO.parent / 'shared' / 'data' / 'cifar10'
@@ -207,7 +209,7 @@ def report(out_dir: Path, command: str) -> None:
             '',
             *_table(PROBES, by_name, probes=True),
         ]
-    (out_dir / 'results.md').write_text('\n'.join(lines) + '\n')
+    write_lines(out_dir / 'results.md', lines)
     print('\n'.join(lines))
     main_results = [r for r in results if r['init'] in INITS]
     if main_results:

@@ -15,6 +15,7 @@ import timm
 import torch
 
 import timm_structinit  # noqa: F401  (registers the models)
+from results_file import write_lines
 
 # registered model -> the same architecture built by timm's own ViT (learned PE, timm init)
 PAIRS = {
@@ -62,8 +63,7 @@ def main(argv=None) -> None:
         lines.append(f'{name:32} {a:8.3f} {b:8.3f} {a / b:6.2f}')
         print(lines[-1], flush=True)
     if args.out:
-        with open(args.out, 'w') as f:
-            f.write('\n'.join(lines) + '\n')
+        write_lines(args.out, lines)
 
 
 if __name__ == '__main__':

@@ -19,6 +19,7 @@ import torch
 from timm_structinit.impulse import draw_offsets, impulse_target
 from timm_structinit.impulse_solvers import SOLVERS
 from timm_structinit.pos_embed import pseudo_input
+from results_file import write_lines
 
 CASES = {'ViT-T': (192, 3), 'ViT-S': (384, 6)}
 
@@ -92,8 +93,7 @@ def main(argv=None) -> None:
         print(verdict)
         lines.append(verdict)
     if args.out:
-        with open(args.out, 'w') as f:
-            f.write('\n'.join(lines) + '\n')
+        write_lines(args.out, lines)
 
 
 if __name__ == '__main__':

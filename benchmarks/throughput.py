@@ -20,6 +20,7 @@ import timm.optim
 import torch
 
 import timm_structinit  # noqa: F401  (registers the models)
+from results_file import write_lines
 
 SCALED = dict(img_size=32, patch_size=4, embed_dim=128, depth=6, num_heads=4)
 GAP = dict(class_token=False, global_pool='avg')
@@ -92,8 +93,7 @@ def main(argv=None) -> None:
             f'{med["timm"]["infer"]:8.1f} {med["ours"]["infer"] / med["timm"]["infer"]:6.3f}')
         print(lines[-1], flush=True)
     if args.out:
-        with open(args.out, 'w') as f:
-            f.write('\n'.join(lines) + '\n')
+        write_lines(args.out, lines)
 
 
 if __name__ == '__main__':

@@ -26,6 +26,7 @@ import torch
 import timm
 
 from timm_structinit.train import main as train_main
+from results_file import write_lines
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
@@ -125,8 +126,7 @@ def main():
             print('\n'.join(summary), flush=True)
             lines += summary
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text('\n'.join(lines) + '\n')
+        write_lines(args.out, lines)
 
 
 if __name__ == '__main__':
