@@ -35,6 +35,14 @@ def find_attention(model: nn.Module) -> List[nn.Module]:
             f'{type(model).__name__} has no fused-qkv self-attention (a module with qkv: Linear(D, 3D), '
             f'proj: Linear(D, D) and num_heads, such as timm.layers.Attention); attention modules found: '
             f'{kinds or "none"}. Structured inits support timm ViT-style models (vit_*, deit_*, ...).')
+    shapes = sorted({(a.qkv.in_features, a.num_heads) for a in attns})
+    if len(shapes) > 1:
+        # hierarchical models (Swin's window attention, PVT, ...) change width from stage to stage; the inits
+        # here assume one token grid and one width throughout, as in a plain ViT
+        raise ValueError(
+            f'{type(model).__name__} is not supported: its attention modules have (width, heads) {shapes}, '
+            f'not one shape. Structured inits support plain ViT-style models with one width and fused-qkv '
+            f'attention over all tokens (timm VisionTransformer: vit_*, deit_*, ...)')
     for i, attn in enumerate(attns):
         for name in ('q_norm', 'k_norm'):
             norm = getattr(attn, name, None)

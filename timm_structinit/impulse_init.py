@@ -26,7 +26,7 @@ from .attention import write_qk_, zero_attention_bias_
 from .impulse import BORDERS, OFFSET_POLICIES, _odd_kernel, draw_offsets, impulse_target
 from .impulse_solvers import SOLVERS
 from .mimetic import MimeticCfg, mimetic_vproj_init_
-from .pos_embed import pseudo_input
+from .pos_embed import pseudo_input, set_pos_embed_scale_
 
 __all__ = ['ImpulseCfg', 'impulse_init_', 'impulse_pseudo_input', 'check_impulse_model']
 
@@ -88,6 +88,10 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
         raise ValueError(
             f"offsets='distinct' needs num_heads <= kernel_size**2, got num_heads={heads} with "
             f"kernel_size={cfg.kernel_size}; use offsets='random' or 'fixed', or a larger kernel_size")
+    if (cfg.pseudo_input == 'pos_embed' or cfg.pos_embed_scale != 1.0) and not geometry.get('has_pos_embed', True):
+        raise ValueError(
+            f"pseudo_input={cfg.pseudo_input!r} with pos_embed_scale={cfg.pos_embed_scale} needs a model with a "
+            f"position embedding; this one has none (valid here: pseudo_input='sincos', pos_embed_scale=1)")
     if cfg.pseudo_input == 'sincos' and geometry['embed_dim'] % 4:
         raise ValueError(
             f"pseudo_input='sincos' needs embed_dim divisible by 4, got {geometry['embed_dim']}")
@@ -115,10 +119,8 @@ def impulse_init_(model: nn.Module, attns: List[nn.Module], cfg: ImpulseCfg, gen
     dim, heads = attns[0].qkv.in_features, attns[0].num_heads
     head_dim = dim // heads
     grid = tuple(model.patch_embed.grid_size)
-    if cfg.pos_embed_scale != 1.0:  # the model keeps the scaled embedding (the 2025 authors' code)
-        if getattr(model, 'pos_embed', None) is None:
-            raise ValueError(f'pos_embed_scale={cfg.pos_embed_scale} needs a model with a position embedding')
-        model.pos_embed.mul_(cfg.pos_embed_scale)
+    if cfg.pos_embed_scale != getattr(model, 'pos_embed_scale', 1.0):
+        set_pos_embed_scale_(model, cfg.pos_embed_scale)  # the model keeps the scaled table (the 2025 authors' code)
     x = impulse_pseudo_input(model, dim, cfg.pseudo_input)
     solved_layers = 1 if cfg.share_layers else len(attns)
     offsets = [draw_offsets(heads, cfg.kernel_size, cfg.offsets, generator) for _ in range(solved_layers)]

@@ -106,6 +106,11 @@ def solve_adam(
     iterate, up to `norm_every - 1` steps after the last rescale, so their norms sit a little above nq, as the
     authors' weights do.
     """
+    with torch.enable_grad():  # a model's init_weights runs under no_grad; this solver needs autograd
+        return _solve_adam(x, targets, head_dim, num_heads, generator, iters, lr, norm_every)
+
+
+def _solve_adam(x, targets, head_dim, num_heads, generator, iters, lr, norm_every):
     dim = x.shape[-1]
     out_q, out_k, nqs = [], [], []
     for group in targets.split(num_heads):

@@ -1,35 +1,58 @@
-""" Exact low-rank and balanced factorizations of batches of square matrices.
+""" Exact low-rank and balanced factorizations of batches of square matrices, and thread-independent math.
 
-A ViT-T model needs 48 factorizations of 192 x 192 matrices, the main cost of a mimetic init. The factors come from
-the symmetric eigendecomposition of the Gram matrix A^T A, which costs about a sixth of an SVD here (MKL, float32:
-33 ms against 220 ms for 36 matrices); the left factor is recovered as A V, so the product of the two factors is A
-projected on its top right singular vectors: the exact rank-k truncation, however close the small singular values
-are to zero. (Splitting the batch over a thread pool was measured slower: MKL already uses both cores.)
+A ViT-T model needs 48 factorizations of 192 x 192 matrices, the main cost of a mimetic init. The right singular
+vectors V come from the symmetric eigendecomposition of the Gram matrix A^T A in float64 (on one thread here,
+ViT-T's 48 matrices: 217 ms against 175 ms in float32 and 494 ms for a float64 SVD). The factors are then built so that they are right whatever the precision of the small eigenvalues:
+
+    A V = U S                      (column i has norm s_i, measured, not taken from the eigenvalue)
+    left  = A V / sqrt(|A v_i|)    = U S^1/2, each column of norm sqrt(s_i)
+    right = V * sqrt(|A v_i|)      = V S^1/2, each column of norm sqrt(s_i)
+
+so left @ right^T = A V V^T, the exact rank-r truncation (all of A at full rank), and neither factor can carry the
+other's scale. Dividing by the square root of an *eigenvalue* instead fails when a singular value of A is close to
+zero: in float32 the Gram matrix squares A's condition number, the small eigenvalue comes out as 0 (clamped) and
+the left factor gets columns of ~1e33 while the matching right column is 0, a product that still looks right.
+
+Linear algebra on CPU gives different bits for different thread counts (MKL splits the work differently), and
+torchrun runs one thread per process: `one_thread()` runs the init math on one thread, so the same seed gives the
+same weights whatever `torch.get_num_threads()` says.
 """
-from typing import Tuple
+import contextlib
+from typing import Iterator, Tuple
 
 import torch
 
-__all__ = ['truncated_factors', 'balanced_factors']
+__all__ = ['truncated_factors', 'balanced_factors', 'one_thread']
 
 
-def _top_gram_eig(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """ Top-`rank` eigenpairs of A^T A, descending: squared singular values and right singular vectors. """
-    evals, evecs = torch.linalg.eigh(a.mT @ a)
-    return evals[..., -rank:].flip(-1).clamp_min(0), evecs[..., -rank:].flip(-1)
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """ Run the enclosed torch CPU work on one thread (restoring the caller's count), for thread-count-independent
+    results. """
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def truncated_factors(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """ Balanced rank-`rank` factors of a batch of square matrices a (B, D, D).
 
     Returns left, right (B, D, rank) with left @ right^T the best rank-`rank` approximation of a (Eckart-Young),
-    left = U_r S_r^1/2 and right = V_r S_r^1/2 as in the mimetic paper.
+    left = U_r S_r^1/2 and right = V_r S_r^1/2 as in the mimetic paper; column i of both has norm sqrt(s_i).
     """
-    sq, v = _top_gram_eig(a, rank)
-    s_half = sq.sqrt().sqrt()  # S^1/2
-    left = (a @ v) / s_half.clamp_min(torch.finfo(a.dtype).tiny).unsqueeze(-2)  # A V S^-1/2 = U S^1/2
-    right = v * s_half.unsqueeze(-2)
-    return left, right
+    a64 = a.double()  # float64 keeps the eigenvectors of close singular values apart (float32 mixes them at ~1e-5)
+    _, evecs = torch.linalg.eigh(a64.mT @ a64)
+    v = evecs[..., -rank:].flip(-1)  # top right singular vectors, descending
+    us = a64 @ v  # U_r S_r
+    root = us.norm(dim=-2, keepdim=True).sqrt()  # S_r^1/2, from the columns themselves
+    left = us / root.clamp_min(torch.finfo(torch.float64).tiny)  # an exactly zero column stays zero
+    return left.to(a.dtype), (v * root).to(a.dtype)
 
 
 def balanced_factors(b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

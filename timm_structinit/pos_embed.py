@@ -8,9 +8,10 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from timm.layers import build_sincos2d_pos_embed
 
-__all__ = ['sincos_pos_embed', 'pseudo_input', 'check_sincos_dim']
+__all__ = ['sincos_pos_embed', 'pseudo_input', 'check_sincos_dim', 'set_pos_embed_scale_']
 
 
 def check_sincos_dim(embed_dim: int) -> None:
@@ -48,3 +49,22 @@ def pseudo_input(grid_size: Tuple[int, int], embed_dim: int, dtype: torch.dtype 
     """
     table = sincos_pos_embed(grid_size, embed_dim, dtype=torch.float64)[0]
     return F.layer_norm(table, (embed_dim,), eps=1e-5).to(dtype)
+
+
+@torch.no_grad()
+def set_pos_embed_scale_(model: nn.Module, scale: float) -> None:
+    """ Make the model's position table carry `scale` times its unscaled values, once: not compounding.
+
+    The model keeps the scale as `model.pos_embed_scale` (1 when unset). A model that rebuilds a fixed table
+    (`StructVisionTransformer` with `pos_embed='sincos'`, on `set_input_size` and under `dynamic_img_size`) builds
+    it at that scale; a learned table is multiplied by scale / the scale it already carries, so applying an init
+    twice leaves it at `scale`, and interpolating it for another grid keeps the scale.
+    """
+    if getattr(model, 'pos_embed', None) is None:
+        raise ValueError(f'pos_embed_scale={scale} needs a model with a position embedding')
+    current = float(getattr(model, 'pos_embed_scale', 1.0))
+    model.pos_embed_scale = float(scale)
+    if getattr(model, 'sincos_pos_embed', False):
+        model._reset_sincos()  # a fixed table is rebuilt exactly at the new scale
+    elif scale != current:
+        model.pos_embed.mul_(scale / current)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .attention import find_attention
+from .linalg import one_thread
 from .impulse_init import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
 from .mimetic import MimeticCfg, mimetic_init_
 
@@ -29,7 +30,7 @@ class StructInit:
     preset: Dict[str, Any] = field(default_factory=dict)
     description: str = ''
     # check_model(cfg, geometry) raises ValueError when the init cannot apply to a model of that shape;
-    # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens
+    # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens, has_pos_embed
     check_model: Optional[Callable[[Any, Dict[str, Any]], None]] = None
 
 
@@ -98,11 +99,13 @@ def make_init_cfg(name: str, **kwargs) -> Any:
 def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, **kwargs) -> Dict[str, Any]:
     """ Apply structured init `name` to a timm ViT-style model in place and return its init record.
 
-    Works on any model with timm's fused-qkv attention, e.g.
+    Works on any model with timm's fused-qkv attention of one width, e.g.
     `apply_init(timm.create_model('deit_small_patch16_224'), 'mimetic')`. Only attention weights (and, for
-    inits that say so, nothing else) change. `seed` makes the result reproducible bit for bit on one machine;
-    without it, a seed is drawn from torch's global generator (so `torch.manual_seed` governs it) and recorded.
-    The record is also stored as `model.struct_init_record`.
+    inits that say so, the position table) change. Everything is checked before any weight is written, and if the
+    init fails anyway the model is left as it was. `seed` makes the result reproducible bit for bit on one
+    machine, whatever the number of torch threads (the init's math runs on one thread); without it, a seed is drawn
+    from torch's global generator (so `torch.manual_seed` governs it) and recorded. The record is also stored as
+    `model.struct_init_record`.
     """
     init = get_init(name)
     cfg = make_init_cfg(name, **kwargs)
@@ -115,9 +118,37 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, **kwargs
         seed = int(torch.randint(0, 2 ** 62, (1,)).item())
     generator = torch.Generator().manual_seed(int(seed))
     record = {'method': name, 'seed': int(seed), 'cfg': dataclasses.asdict(cfg)}
-    record.update(init.apply(model, attns, cfg, generator))
+    backup = _writable_state(model, attns)
+    try:
+        with one_thread():
+            record.update(init.apply(model, attns, cfg, generator))
+    except BaseException:
+        _restore(model, backup)
+        raise
     model.struct_init_record = record
     return record
+
+
+def _writable_state(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
+    """ Copies of what an init may write (attention weights and biases, the position table and its scale). """
+    tensors = [p for attn in attns for p in (*attn.qkv.parameters(), *attn.proj.parameters())]
+    pos_embed = getattr(model, 'pos_embed', None)
+    if isinstance(pos_embed, torch.Tensor):
+        tensors.append(pos_embed)
+    return {
+        'tensors': [(t, t.detach().clone()) for t in tensors],
+        'pos_embed_scale': getattr(model, 'pos_embed_scale', None),
+    }
+
+
+@torch.no_grad()
+def _restore(model: nn.Module, backup: Dict[str, Any]) -> None:
+    for tensor, saved in backup['tensors']:
+        tensor.copy_(saved)
+    if backup['pos_embed_scale'] is not None:
+        model.pos_embed_scale = backup['pos_embed_scale']
+    elif hasattr(model, 'pos_embed_scale'):
+        del model.pos_embed_scale
 
 
 def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
@@ -126,7 +157,8 @@ def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
     grid = tuple(patch_embed.grid_size) if getattr(patch_embed, 'grid_size', None) is not None else None
     return dict(
         grid_size=grid, embed_dim=attns[0].qkv.in_features, num_heads=attns[0].num_heads,
-        num_prefix_tokens=int(getattr(model, 'num_prefix_tokens', 0)))
+        num_prefix_tokens=int(getattr(model, 'num_prefix_tokens', 0)),
+        has_pos_embed=isinstance(getattr(model, 'pos_embed', None), torch.Tensor))
 
 
 def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator):

@@ -27,7 +27,7 @@ from timm.models import VisionTransformer, build_model_with_cfg, generate_defaul
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 from .pos_embed import check_sincos_dim, sincos_pos_embed
-from .struct_init import apply_init, get_init, make_init_cfg
+from .struct_init import apply_init, get_init, list_inits, make_init_cfg
 
 __all__ = ['StructVisionTransformer', 'CIFAR10_MEAN', 'CIFAR10_STD']
 
@@ -74,28 +74,36 @@ class StructVisionTransformer(VisionTransformer):
         self.struct_init_kwargs = dict(struct_init_kwargs or {})
         self.struct_init_seed = struct_init_seed
         self.struct_init_record: Optional[Dict[str, Any]] = None
+        self.pos_embed_scale = 1.0  # an init may scale the position table; the model keeps the scale
+        if struct_init is None and (struct_init_kwargs or struct_init_seed is not None):
+            given = 'struct_init_kwargs' if struct_init_kwargs else 'struct_init_seed'
+            raise ValueError(
+                f'{given} given without struct_init, so nothing would use it; add struct_init=NAME '
+                f'(one of {", ".join(list_inits())}) or use a registered init model such as vit_tiny_patch2_32_mimetic')
         if struct_init is not None:
             cfg = make_init_cfg(struct_init, **self.struct_init_kwargs)
             check = get_init(struct_init).check_model
             if check is not None:
-                check(cfg, self._geometry_from_args(embed_dim, num_heads, kwargs))
+                check(cfg, self._geometry_from_args(embed_dim, num_heads, pos_embed, kwargs))
         super().__init__(*args, pos_embed='learn' if self.sincos_pos_embed else pos_embed, **kwargs)
         if self.sincos_pos_embed:
             self.pos_embed.requires_grad_(False)
             self._reset_sincos()  # also when weight_init='skip' left it uninitialized
 
     @staticmethod
-    def _geometry_from_args(embed_dim: int, num_heads: int, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    def _geometry_from_args(embed_dim: int, num_heads: int, pos_embed: str, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         img_size, patch_size = to_2tuple(kwargs.get('img_size', 224)), to_2tuple(kwargs.get('patch_size', 16))
         grid = (img_size[0] // patch_size[0], img_size[1] // patch_size[1])
         prefix = int(kwargs.get('class_token', True)) + kwargs.get('reg_tokens', 0)
-        return dict(grid_size=grid, embed_dim=embed_dim, num_heads=num_heads, num_prefix_tokens=prefix)
+        return dict(grid_size=grid, embed_dim=embed_dim, num_heads=num_heads, num_prefix_tokens=prefix,
+                    has_pos_embed=pos_embed in ('learn', 'sincos'))
 
     def _sincos_table(self, grid_size: Tuple[int, int]) -> torch.Tensor:
         prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-        return sincos_pos_embed(
+        table = sincos_pos_embed(
             grid_size, self.embed_dim, num_prefix_tokens=prefix,
             dtype=self.pos_embed.dtype, device=self.pos_embed.device)
+        return table if self.pos_embed_scale == 1.0 else table * self.pos_embed_scale
 
     @torch.no_grad()
     def _reset_sincos(self) -> None:
@@ -103,6 +111,7 @@ class StructVisionTransformer(VisionTransformer):
 
     def init_weights(self, mode: str = '', needs_reset: bool = True) -> None:
         super().init_weights(mode, needs_reset=needs_reset)
+        self.pos_embed_scale = 1.0  # timm redrew a learned table; a fixed one is rebuilt unscaled, then the init
         if self.sincos_pos_embed:
             self._reset_sincos()
         if self.struct_init is not None:
