@@ -128,8 +128,8 @@ def test_show_applies_init_to_timm_model_and_refuses_bad_input(tmp_path, capsys)
     assert main(['show', 'deit_tiny_patch16_224', '--init', 'mimetic', '--model-kwargs', 'depth=1',
                  '--out', str(out)]) == 0
     assert 'init: mimetic' in capsys.readouterr().out and out.exists()
-    assert main(['show', 'vit_tiny_patch2_32', '--init', 'nope']) == 1
+    assert main(['show', 'vit_tiny_patch2_32', '--init', 'nope']) == 2
     assert "unknown struct_init 'nope'" in capsys.readouterr().err
     assert main(['show', 'vit_tiny_patch2_32', '--model-kwargs', 'depth=1', '--layer', '3',
-                 '--out', str(tmp_path / 'x.png')]) == 1
+                 '--out', str(tmp_path / 'x.png')]) == 2
     assert '--layer=3 is out of range' in capsys.readouterr().err

@@ -339,7 +339,7 @@ def test_non_empty_target_is_refused_without_force(tmp_path, capsys):
     (target / 'notes.txt').write_text('keep me')
     with pytest.raises(FileExistsError, match='--force'):
         hub.export_model(MIMETIC, target, model_kwargs=TINY)
-    assert cli.main(['export', MIMETIC, str(target), '--model-kwargs', 'depth=1']) == 1
+    assert cli.main(['export', MIMETIC, str(target), '--model-kwargs', 'depth=1']) == 2
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and 'not empty' in err and 'Traceback' not in err
     assert [p.name for p in target.iterdir()] == ['notes.txt']
@@ -386,7 +386,7 @@ def test_failed_export_leaves_the_target_untouched(tmp_path, monkeypatch):
 def test_bad_model_name(tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown model 'vit_tiny_patch2_32_mimetc'.*vit_tiny_patch2_32_mimetic"):
         hub.export_model('vit_tiny_patch2_32_mimetc', tmp_path / 'out')
-    assert cli.main(['push', 'vit_tiny_patch2_32_mimetc', '--repo-id', REPO]) == 1
+    assert cli.main(['push', 'vit_tiny_patch2_32_mimetc', '--repo-id', REPO]) == 2
     err = capsys.readouterr().err
     assert err.startswith('timm-structinit push: error: unknown model') and err.count('\n') == 1
     assert 'vit_tiny_patch2_32_mimetic' in err
@@ -461,7 +461,7 @@ def test_command_line_process_errors_without_traceback(tmp_path):
     (taken / 'x').write_text('x')
     argv = [sys.executable, '-m', 'timm_structinit.cli', 'export', MIMETIC, str(taken)]
     proc = subprocess.run(argv, capture_output=True, text=True)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # invalid input; 1 is for failures while working
     assert proc.stderr == f'timm-structinit export: error: export target {taken} is not empty; choose a new ' \
                           f'directory or pass force=True (--force) to replace it\n'
 

@@ -10,8 +10,9 @@ A subcommand is a `Command`: a help line, a function adding its arguments to its
 (returning the exit code). `register_command` adds one; `main` builds the parser from the registry, so a new
 subcommand needs no change here beyond its own two functions and one `register_command` call.
 
-Expected failures (bad input, a non-empty target, a Hub or network error) print one line, `timm-structinit
-<command>: error: ...`, to stderr and exit with 1; argparse usage errors exit with 2.
+Every expected failure prints one line, `timm-structinit <command>: error: ...`, to stderr. The exit status is 2
+when the input is wrong (a usage error, an invalid argument, an unreadable checkpoint or image folder, a target
+that is not empty or not writable) and 1 when the work itself failed (a full disk, a Hub or network error).
 """
 import argparse
 import ast
@@ -20,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
-__all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs']
+__all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'OneLineArgumentParser',
+           'exit_status']
 
 PROG = 'timm-structinit'
 
@@ -46,6 +48,19 @@ def register_command(
     command = Command(help=help, add_arguments=add_arguments, run=run)
     COMMANDS[name] = command
     return command
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """ An ArgumentParser whose usage errors are one line naming the offending option, not the whole usage. """
+
+    def error(self, message: str):
+        self.exit(2, f'{self.prog}: error: {message} (see {self.prog} --help)\n')
+
+
+def exit_status(error: BaseException) -> int:
+    """ 2 when the input is wrong (an argument, or a file or folder it names), 1 when the work itself failed. """
+    usage = (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+    return 2 if isinstance(error, usage) else 1
 
 
 class ParseKwargs(argparse.Action):
@@ -191,7 +206,7 @@ register_command(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog=PROG, description='Structured attention inits for timm ViTs: export and share models.')
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
     for name, command in COMMANDS.items():
@@ -219,7 +234,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except _expected_errors() as e:
         message = ' '.join(str(e).split()) or type(e).__name__
         print(f'{PROG} {args.command}: error: {message}', file=sys.stderr)
-        return 1
+        return exit_status(e)
 
 
 if __name__ == '__main__':

@@ -1,16 +1,20 @@
 """ Datasets for the training entry point: timm's factory plus the few sources it lacks, with strict split checks.
 
-* ImageFolder directories (`dataset=''`), `torch/cifar10`, `torch/cifar100` and the other `torch/` names go through
-  `timm.data.create_dataset`. Split folders are resolved here first: timm falls back to the whole root when a split
-  folder is missing, which would evaluate on training images, so a missing split is refused.
+* ImageFolder directories (`dataset=''`) are read by timm's ImageDataset (see `CheckedImageDataset`); `torch/cifar10`,
+  `torch/cifar100` and the other `torch/` names go through `timm.data.create_dataset`. Split folders are resolved
+  here first: timm falls back to the whole root when a split folder is missing, which would evaluate on training
+  images, so a missing split is refused, and so is a class folder without images (timm would drop the class).
 * `torch/svhn` (or `svhn`): torchvision's SVHN, which timm's factory does not cover.
 * `sklearn/digits`: scikit-learn's bundled handwritten digits (1,797 real 8x8 grayscale images, 10 classes), which
   needs no download. A fixed stratified split gives 1,347 training and 450 test images; images are upscaled to
-  the model's input size and repeated to 3 channels.
+  the model's input size and repeated to 3 channels (or kept gray for 1-channel models).
+* `CheckedImageDataset`: timm's ImageDataset, except that an unreadable image stops the run naming its file
+  (timm logs a warning and silently serves the next image instead).
 * `ClassBalancedSubset`: a deterministic, class-balanced subset for CPU-scale runs.
 * `make_posterize_zero_bits_safe`: keeps timm's RandAugment working with Pillow >= 13 (see there).
 
-Every failure to find data raises `DataError` with the flag and path that would fix it.
+Every failure to find data raises `DataError` with the flag and path that would fix it; an image that cannot be
+decoded during training raises `ImageReadError` with its path.
 """
 import os
 import urllib.error
@@ -18,11 +22,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image, ImageOps
+from timm.data import ImageDataset
 from torch.utils.data import Dataset
 
 __all__ = [
-    'DataError', 'make_posterize_zero_bits_safe', 'DigitsDataset', 'ClassBalancedSubset', 'build_dataset',
-    'dataset_targets', 'dataset_classes',
+    'DataError', 'ImageReadError', 'make_posterize_zero_bits_safe', 'DigitsDataset', 'CheckedImageDataset',
+    'ClassBalancedSubset', 'build_dataset', 'folder_dataset', 'dataset_targets', 'dataset_classes',
     'resolve_split_folder', 'check_dataset_name', 'TORCH_DATASETS', 'TRAIN_SPLITS', 'EVAL_SPLITS',
 ]
 
@@ -36,6 +41,17 @@ SHARED_CIFAR10_HINT = "--dataset '' --data-dir ../shared/data/cifar10 --train-sp
 
 class DataError(ValueError):
     """ The data asked for cannot be found or used; the message says which flag or path would fix it. """
+
+
+class ImageReadError(RuntimeError):
+    """ An image file could not be decoded; the message is one line naming the file. """
+
+    def __init__(self, message: str) -> None:
+        # a DataLoader worker's error is raised again in the main process with the worker's traceback as its
+        # message; keep only this error's own line, the traceback's last
+        if 'Original Traceback' in message:
+            message = message.rstrip().splitlines()[-1].split(f'{type(self).__name__}: ', 1)[-1]
+        super().__init__(message)
 
 
 def check_dataset_name(name: str) -> str:
@@ -95,13 +111,14 @@ class DigitsDataset(Dataset):
 
     The 1,797 real 8x8 images (16 gray levels) are split once, stratified by class with a fixed seed, into 1,347
     training and 450 test images, fixed by a seed. Images are upscaled (bicubic) to `img_size` and
-    returned as RGB PIL images so timm's transforms apply unchanged.
+    returned as RGB PIL images so timm's transforms apply unchanged (gray 'L' images with `input_img_mode='L'`).
     """
     num_test = 450
     split_seed = 0
     classes = [str(i) for i in range(10)]
 
-    def __init__(self, split: str = 'train', img_size: int = 32, transform=None, target_transform=None) -> None:
+    def __init__(self, split: str = 'train', img_size: int = 32, transform=None, target_transform=None,
+                 input_img_mode: str = 'RGB') -> None:
         try:
             from sklearn.datasets import load_digits
             from sklearn.model_selection import train_test_split
@@ -121,6 +138,7 @@ class DigitsDataset(Dataset):
         self.targets: List[int] = [int(t) for t in digits.target[self.indices]]
         self.split = kind
         self.img_size = img_size
+        self.input_img_mode = input_img_mode  # 'L' for 1-channel models, as timm's ImageDataset names it
         self.transform = transform
         self.target_transform = target_transform
 
@@ -135,13 +153,52 @@ class DigitsDataset(Dataset):
         img = Image.fromarray(self.images[index], mode='L')
         if self.img_size != img.size[0]:
             img = img.resize((self.img_size, self.img_size), Image.BICUBIC)
-        img = img.convert('RGB')
+        img = img.convert(self.input_img_mode)
         target = self.targets[index]
         if self.transform is not None:
             img = self.transform(img)
         if self.target_transform is not None:
             target = self.target_transform(target)
         return img, target
+
+
+class CheckedImageDataset(ImageDataset):
+    """ timm's ImageDataset over a folder, except that an image that cannot be decoded raises `ImageReadError`
+    naming its file; timm's dataset logs a warning and serves the next image in its place. """
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        path, target = self.reader.samples[index]
+        try:
+            with Image.open(path) as img:
+                img = img.convert(self.input_img_mode) if self.input_img_mode else img.copy()
+        except OSError as e:  # PIL's decode errors: a truncated, corrupt or unreadable file
+            raise ImageReadError(f'cannot read image {os.path.abspath(path)} ({e}); replace or remove it') from None
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+
+
+def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs) -> CheckedImageDataset:
+    """ A `CheckedImageDataset` over `folder`; no images at all, or (with `check_classes`) a class folder without
+    images, is a DataError starting with `what` (the flag and value that named the folder). """
+    from timm.data import get_img_extensions
+    where = os.path.abspath(folder)
+    extensions = ', '.join(get_img_extensions())
+    try:
+        ds = CheckedImageDataset(folder, **kwargs)
+    except RuntimeError:  # timm's reader found no image
+        raise DataError(f'{what}: no images found under {where} (image files end in {extensions})') from None
+    if check_classes:
+        # timm names classes after the folders that hold images, so an empty class folder silently drops its class
+        used = {os.path.relpath(path, folder).split(os.sep)[0] for path, _ in ds.reader.samples}
+        empty = sorted(d.name for d in os.scandir(folder)
+                       if d.is_dir() and not d.name.startswith('.') and d.name not in used)
+        if empty:
+            raise DataError(f'{what}: class folder(s) {", ".join(empty)} under {where} hold no images (image files '
+                            f'end in {extensions}); add images or remove the folder(s)')
+    return ds
 
 
 class ClassBalancedSubset(Dataset):
@@ -247,10 +304,7 @@ def build_dataset(
         raise DataError(f'--dataset {name!r} needs --data-dir (the folder holding the data)')
     if kind == 'folder':
         folder = resolve_split_folder(root, split, flag)
-        ds = create_dataset('', root=folder, split=split, search_split=False, class_map=class_map or '')
-        if len(ds) == 0:
-            raise DataError(f'{flag} {split!r}: no images found under {os.path.abspath(folder)}')
-        return ds
+        return folder_dataset(folder, f'{flag} {split!r}', split=split, class_map=class_map or '')
     if kind == 'hfds':
         return create_dataset(name, root=root, split=split, download=download)
     short = name.split('/')[-1].lower()

@@ -115,15 +115,26 @@ def _image_attention_maps(model: nn.Module, layers: Sequence[int], images: torch
 
 def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
     """ Up to `count` images from `folder` (ImageFolder layout or flat), evenly spaced over the folder's sorted
-    listing, through the model's own eval transform (timm's data config). """
-    from timm.data import create_dataset, create_transform, resolve_data_config
+    listing, through the model's own eval transform (timm's data config) at the size and channels the model takes. """
+    from timm.data import create_transform, resolve_data_config
+    from .data import DataError, ImageReadError, folder_dataset
     if not Path(folder).is_dir():
         raise ValueError(f'--images {folder!r} is not a directory')
-    dataset = create_dataset('', root=folder, transform=create_transform(**resolve_data_config(model=model)))
-    if len(dataset) == 0:
-        raise ValueError(f'no images found under {folder!r}')
-    step = max(1, len(dataset) // count)
-    return torch.stack([dataset[i][0] for i in range(0, len(dataset), step)[:count]])
+    patch_embed = getattr(model, 'patch_embed', None)
+    size = getattr(patch_embed, 'img_size', None)  # model_kwargs img_size=... leaves pretrained_cfg behind
+    chans = getattr(getattr(patch_embed, 'proj', None), 'in_channels', 3)
+    config = resolve_data_config({'input_size': (chans, *size)} if size is not None else {}, model=model)
+    for name in ('mean', 'std'):  # the registered 3-channel values, averaged for a model of other channels
+        if len(config[name]) != chans:
+            config[name] = (sum(config[name]) / len(config[name]),) * chans
+    transform = create_transform(**config)
+    try:
+        dataset = folder_dataset(folder, f'--images {folder!r}', check_classes=False, transform=transform,
+                                 input_img_mode='L' if chans == 1 else 'RGB')
+        step = max(1, len(dataset) // count)
+        return torch.stack([dataset[i][0] for i in range(0, len(dataset), step)[:count]])
+    except (DataError, ImageReadError) as e:
+        raise ValueError(str(e)) from None
 
 
 def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[Dict[str, Any]]:

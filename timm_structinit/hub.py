@@ -20,6 +20,7 @@ printed or written. The folder is the same one `export_model` writes, so a dry r
 import argparse
 import dataclasses
 import difflib
+import glob
 import importlib
 import inspect
 import json
@@ -28,6 +29,7 @@ import math
 import numbers
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import tempfile
@@ -43,6 +45,7 @@ from torch import nn
 
 __all__ = [
     'HubError', 'PushResult', 'build_model', 'export_model', 'push_model', 'list_export_files', 'EXPORT_FILES',
+    'state_dict_mismatch',
 ]
 
 _logger = logging.getLogger(__name__)
@@ -251,6 +254,12 @@ def _check_repo_id(repo_id: Any) -> str:
 def _check_target(target: Path, force: bool) -> None:
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f'export target {target} exists and is not a directory')
+    # the export is staged next to the target: its nearest existing parent must be a writable folder
+    parent = next(p for p in target.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise NotADirectoryError(f'export target {target}: {parent} is a file, not a directory')
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f'export target {target}: no permission to write in {parent}')
     if target.is_dir() and any(target.iterdir()):
         if not force:
             raise FileExistsError(
@@ -291,7 +300,11 @@ def _read_checkpoint(path: Path, use_ema: bool) -> Tuple[Dict[str, torch.Tensor]
         import safetensors.torch
         if use_ema:
             raise ValueError(f'use_ema=True, but {path} is a plain safetensors state dict with no EMA weights')
-        return clean_state_dict(safetensors.torch.load_file(str(path), device='cpu')), {'weights': 'state dict'}
+        try:
+            state_dict = safetensors.torch.load_file(str(path), device='cpu')
+        except (safetensors.SafetensorError, OSError) as e:  # truncated, or not a safetensors file at all
+            raise ValueError(f'cannot read checkpoint {path} as safetensors: {_one_line(e)}') from None
+        return clean_state_dict(state_dict), {'weights': 'state dict'}
     ckpt = _safe_torch_load(path)
     if not isinstance(ckpt, dict):
         raise ValueError(f'checkpoint {path} holds a {type(ckpt).__name__}, not a state dict or a checkpoint dict')
@@ -367,24 +380,29 @@ def _data_config_from_training(args: Optional[Mapping[str, Any]]) -> Optional[Di
     return config or None
 
 
+def state_dict_mismatch(own: Mapping[str, torch.Tensor], loaded: Mapping[str, torch.Tensor]) -> str:
+    """ '' when `loaded` fits a model whose state dict is `own`, else one line naming the keys that differ. """
+    missing = sorted(set(own) - set(loaded))
+    unexpected = sorted(set(loaded) - set(own))
+    mismatched = sorted(k for k in set(own) & set(loaded)
+                        if tuple(own[k].shape) != tuple(getattr(loaded[k], 'shape', ())))
+    parts = []
+    if missing:
+        parts.append(f'{len(missing)} missing, e.g. {", ".join(missing[:3])}')
+    if unexpected:
+        parts.append(f'{len(unexpected)} unexpected, e.g. {", ".join(unexpected[:3])}')
+    if mismatched:
+        k = mismatched[0]
+        parts.append(f'{len(mismatched)} of another shape, e.g. {k}: checkpoint '
+                     f'{tuple(getattr(loaded[k], "shape", ()))} vs model {tuple(own[k].shape)}')
+    return '; '.join(parts)
+
+
 def _load_weights(model: nn.Module, state_dict: Dict[str, torch.Tensor], path: Path, model_name: str) -> None:
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(own))
-    mismatched = sorted(k for k in set(own) & set(state_dict) if tuple(own[k].shape) != tuple(state_dict[k].shape))
-    if missing or unexpected or mismatched:
-        parts = []
-        if missing:
-            parts.append(f'missing {missing[:4]}{" ..." if len(missing) > 4 else ""}')
-        if unexpected:
-            parts.append(f'unexpected {unexpected[:4]}{" ..." if len(unexpected) > 4 else ""}')
-        if mismatched:
-            k = mismatched[0]
-            parts.append(
-                f'{len(mismatched)} shape mismatch(es), e.g. {k}: checkpoint {tuple(state_dict[k].shape)} '
-                f'vs model {tuple(own[k].shape)}')
+    mismatch = state_dict_mismatch(model.state_dict(), state_dict)
+    if mismatch:
         raise ValueError(
-            f'checkpoint {path} does not fit {model_name} with these model_kwargs ({"; ".join(parts)}); '
+            f'checkpoint {path} does not fit {model_name} with these model_kwargs (weights: {mismatch}); '
             f'pass the model_kwargs (--model-kwargs) the run was trained with')
     model.load_state_dict(state_dict, strict=True)
 
@@ -435,12 +453,16 @@ def _build(
     if package_model and checkpoint is None:
         # the init's own generator gets the seed too, so the attention weights do not depend on timm's draws
         kwargs.setdefault('struct_init_seed', seed)
-    with torch.random.fork_rng(devices=[]):
+
+    def create(kwargs: Dict[str, Any]) -> nn.Module:
         torch.manual_seed(seed)
         try:
-            model = timm.create_model(model_name, **kwargs)
+            return timm.create_model(model_name, **kwargs)
         except TypeError as e:
             raise ValueError(f'cannot build {model_name} with model_kwargs {kwargs}: {_one_line(e)}') from None
+
+    with torch.random.fork_rng(devices=[]):
+        model = create(kwargs)
     record = getattr(model, 'struct_init_record', None)
     prov = _Provenance(model_name=model_name, seed=seed, model_kwargs=user_kwargs, init_record=_plain(record))
     if checkpoint is not None:
@@ -497,23 +519,55 @@ def _public_args(args: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     return {k: v for k, v in _plain(args).items() if not any(w in k.lower() for w in _SECRET_ARG_WORDS)}
 
 
+# staging folders of an export next to its target: `.<target>.<pid>-<hex>.tmp` (the new export while it is written)
+# and `.<target>.<pid>-<hex>.old` (the replaced one until it is deleted); the pid is left out by older versions
+_STAGING_RE = r'\.{name}\.(?:(?P<pid>\d+)-)?[0-9a-f]{{8}}\.(?:tmp|old)'
+
+
+def _remove_stale_staging(target: Path) -> None:
+    """ Delete the staging folders a killed export left next to `target`; those of a running export stay. """
+    pattern = re.compile(_STAGING_RE.format(name=re.escape(target.name)))
+    for path in target.parent.glob(f'.{glob.escape(target.name)}.*'):
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not _process_alive(match.group('pid')):
+            _logger.info(f'Removing {path}, left by an interrupted export')
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _process_alive(pid: Optional[str]) -> bool:
+    if pid is None or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or a pid this system cannot hold): leave its folder alone
+    return True
+
+
 @contextmanager
 def _staging_dir(target: Path, force: bool) -> Iterator[Path]:
     """ Yield a fresh folder next to `target`; on success it replaces `target` by renames, on failure it goes.
 
     A reader never sees a half-written export, and with force the old content is removed only after the new one
-    is complete and in place.
+    is complete and in place. Staging folders of an export that was killed are removed first.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    # a sibling, so the final rename stays on one file system; mkdir (not mkdtemp) keeps the usual permissions
-    staging = target.with_name(f'.{target.name}.{secrets.token_hex(4)}.tmp')
-    staging.mkdir()
+    _remove_stale_staging(target)
+
+    def sibling(kind: str) -> Path:
+        # a sibling, so the final rename stays on one file system
+        return target.with_name(f'.{target.name}.{os.getpid()}-{secrets.token_hex(4)}.{kind}')
+
+    staging = sibling('tmp')
+    staging.mkdir()  # mkdir (not mkdtemp) keeps the usual permissions
     try:
         yield staging
         _check_target(target, force)  # again: the folder may have been filled while the export ran
         backup = None
         if target.exists():
-            backup = target.with_name(f'.{target.name}.{secrets.token_hex(4)}.old')
+            backup = sibling('old')
             os.rename(target, backup)
         try:
             os.rename(staging, target)
@@ -544,6 +598,18 @@ def _write_export(model: nn.Module, folder: Path, prov: _Provenance, load_id: st
     os.chmod(folder / 'model.safetensors', (folder / 'config.json').stat().st_mode & 0o777)
     config = json.loads((folder / 'config.json').read_text(encoding='utf-8'))
     (folder / 'README.md').write_text(_model_card(model, config, prov, load_id), encoding='utf-8')
+
+
+def _write_export_or_fail(model: nn.Module, folder: Path, prov: _Provenance, load_id: str, target: Path) -> None:
+    """ `_write_export`, with a write failure (a full disk, say) as one OSError line naming the target. """
+    import safetensors
+    try:
+        _write_export(model, folder, prov, load_id)
+    except (OSError, safetensors.SafetensorError) as e:
+        error = OSError(f'cannot write the export to {target}: {getattr(e, "strerror", None) or _one_line(e)}; '
+                        f'nothing was written')
+        error.errno = getattr(e, 'errno', None)
+        raise error from None
 
 
 def _without_solution(record: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -592,7 +658,7 @@ def export_model(
     load_id = f'hf-hub:{repo_id}' if repo_id else f'local-dir:{os.fspath(target)}'
     model, prov = _build(model_name, seed, model_kwargs, checkpoint, use_ema)
     with _staging_dir(target.resolve(), force) as staging:
-        _write_export(model, staging, prov, load_id)
+        _write_export_or_fail(model, staging, prov, load_id, target)
     _logger.info(f'Exported {model_name} to {target}')
     return target
 

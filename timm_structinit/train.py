@@ -22,6 +22,7 @@ import difflib
 import logging
 import math
 import os
+import re
 import runpy
 import sys
 import time
@@ -40,7 +41,7 @@ import timm
 import timm_structinit  # noqa: F401  registers this package's models with timm
 from timm.data import FastCollateMixup, Mixup, create_loader, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-from timm.models import create_model, load_checkpoint, resume_checkpoint
+from timm.models import clean_state_dict, create_model, load_checkpoint, load_state_dict, resume_checkpoint
 from timm.optim import create_optimizer_v2, list_optimizers, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import (
@@ -48,10 +49,12 @@ from timm.utils import (
     load_checkpoint_metadata, random_seed, trim_summary, unwrap_model, update_summary,
 )
 
+from .cli import OneLineArgumentParser
 from .data import (
-    ClassBalancedSubset, DataError, build_dataset, check_dataset_name, dataset_classes, dataset_targets,
-    make_posterize_zero_bits_safe,
+    ClassBalancedSubset, DataError, ImageReadError, build_dataset, check_dataset_name, dataset_classes,
+    dataset_targets, make_posterize_zero_bits_safe,
 )
+from .hub import _kwargs_cli, state_dict_mismatch
 
 __all__ = ['main', 'train', 'parse_args', 'check_args', 'build_parser', 'load_config', 'ConfigError',
            'train_one_epoch', 'validate', 'seed_epoch', 'plot_summary', 'run_timm_train_script']
@@ -70,6 +73,10 @@ _NOT_SAVED = ('config', 'resume', 'experiment', 'overwrite', 'local_rank', 'timm
 
 class ConfigError(ValueError):
     """ An argument or config value is invalid; the message names it and what would be valid. """
+
+
+def _one_line(error: BaseException) -> str:
+    return ' '.join(str(error).split()) or type(error).__name__
 
 
 class KwargsAction(argparse.Action):
@@ -91,7 +98,7 @@ class KwargsAction(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """ The argument parser; option names and defaults follow timm's upstream train.py. """
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog=PROG, description='Train a timm image classifier (structured-init ViTs registered).',
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument('-c', '--config', default='', metavar='FILE.yaml',
@@ -287,11 +294,21 @@ def load_config(path: str, parser: argparse.ArgumentParser) -> Dict[str, Any]:
     """ Read a YAML config into parser defaults; an unknown key is an error naming it and the closest valid key. """
     if not os.path.isfile(path):
         raise ConfigError(f'--config {path!r}: no such file')
-    with open(path) as f:
-        try:
-            cfg = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ConfigError(f'--config {path!r} is not valid YAML: {e}') from None
+    try:
+        with open(path, 'rb') as f:
+            text = f.read().decode('utf-8-sig')
+    except UnicodeDecodeError as e:
+        raise ConfigError(f'--config {path!r} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset '
+                          f'{e.start}); save it as UTF-8') from None
+    except OSError as e:
+        raise ConfigError(f'--config {path!r} cannot be read: {e.strerror or e}') from None
+    try:
+        cfg = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, 'problem_mark', None)
+        where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ''
+        raise ConfigError(f'--config {path!r} is not valid YAML: {getattr(e, "problem", None) or _one_line(e)}'
+                          f'{where}') from None
     cfg = cfg or {}
     if not isinstance(cfg, dict):
         raise ConfigError(f'--config {path!r} must be a mapping of option names to values')
@@ -312,7 +329,7 @@ def load_config(path: str, parser: argparse.ArgumentParser) -> Dict[str, Any]:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """ Parse the command line; `-c FILE.yaml` sets defaults, other flags override them. Does not validate. """
     argv = list(sys.argv[1:] if argv is None else argv)
-    config_parser = argparse.ArgumentParser(add_help=False)
+    config_parser = OneLineArgumentParser(prog=PROG, add_help=False)
     config_parser.add_argument('-c', '--config', default='')
     known, _ = config_parser.parse_known_args(argv)
     parser = build_parser()
@@ -326,6 +343,57 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+# the sections timm's auto-augment parsers read (timm/data/auto_augment.py), with the type of their value; timm
+# silently ignores a section without a digit, so a typo would go unnoticed
+_AA_SECTIONS = {
+    'rand': dict(m=int, n=int, p=float, mstd=float, mmax=int, inc=int),
+    'augmix': dict(m=int, w=int, d=int, a=float, b=int, mstd=float),
+    'auto': dict(mstd=float),
+}
+_AA_POLICIES = ('original', 'originalr', 'v0', 'v0r', '3a')  # the 'auto' policies
+_AA_RAND_TRANSFORMS = ('weights', '3aw', '3a')  # rand-...-t<name>
+
+
+def _check_aa(policy: str) -> None:
+    """ Check an auto-augment policy string against timm's grammar, section by section. """
+    name, *sections = policy.split('-')
+    kind = name if name in ('rand', 'augmix') else 'auto'
+    keys = _AA_SECTIONS[kind]
+    grammar = ', '.join(f'{k}<{t.__name__}>' for k, t in keys.items())
+    if kind == 'rand':
+        grammar += f', t<{"|".join(_AA_RAND_TRANSFORMS)}>'
+    examples = "e.g. 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', 'original-mstd0.5'"
+    _check(kind != 'auto' or name in _AA_POLICIES,
+           f"--aa {policy!r}: unknown policy {name!r}; valid: rand-..., augmix-..., {', '.join(_AA_POLICIES)} "
+           f"({examples})")
+    for section in sections:
+        if kind == 'rand' and section.startswith('t'):
+            ok = section[1:] in _AA_RAND_TRANSFORMS
+        else:
+            key, value = re.fullmatch(r'(\D*)(.*)', section).groups()
+            number = r'\d+' if keys.get(key) is int else r'\d+(\.\d*)?'
+            ok = key in keys and re.fullmatch(number, value) is not None
+        _check(ok, f"--aa {policy!r}: section {section!r} is not valid; {name!r} takes {grammar} ({examples})")
+
+
+def _chans_option(args: argparse.Namespace) -> Optional[int]:
+    """ The input channels the user set by option (--input-size or --in-chans), else None. """
+    return args.input_size[0] if args.input_size else args.in_chans
+
+
+def _in_chans(args: argparse.Namespace) -> int:
+    """ Input channels of the model and the data: the option, else model_kwargs in_chans, else 3. """
+    chans = _chans_option(args)
+    if chans is None and isinstance(args.model_kwargs, dict):
+        chans = args.model_kwargs.get('in_chans')
+    return 3 if chans is None else chans
+
+
+# model arguments that have an option of their own: (option, model argument)
+_MODEL_ARG_OPTIONS = (('--in-chans/--input-size', 'in_chans'), ('--num-classes', 'num_classes'),
+                      ('--drop-path', 'drop_path_rate'), ('--drop-block', 'drop_block_rate'), ('--gp', 'global_pool'))
+
+
 def check_args(args: argparse.Namespace, check_model: bool = True) -> None:
     """ Validate every value before any work is done; errors name the value and what is valid. """
     if check_model and ':' not in args.model and not timm.is_model(args.model):
@@ -333,6 +401,22 @@ def check_args(args: argparse.Namespace, check_model: bool = True) -> None:
         raise ConfigError(
             f'--model {args.model!r} is not a registered model'
             + (f'; did you mean {", ".join(close)}?' if close else '; see timm.list_models()'))
+    for action in build_parser()._actions:  # inf and nan pass every range check below
+        value = getattr(args, action.dest, None) if action.type is float else None
+        bad = [v for v in (value if isinstance(value, (list, tuple)) else [value])
+               if v is not None and not math.isfinite(v)]
+        _check(not bad, f'{max(action.option_strings, key=len)} {value} must be a finite number')
+    _check(isinstance(args.model_kwargs, dict), f'model_kwargs {args.model_kwargs!r} must be a mapping')
+    in_chans = _in_chans(args)
+    _check(isinstance(in_chans, int) and not isinstance(in_chans, bool) and in_chans >= 1,
+           f'model_kwargs in_chans={in_chans!r} must be a positive integer')
+    option_values = dict(in_chans=_chans_option(args), num_classes=args.num_classes, drop_path_rate=args.drop_path,
+                         drop_block_rate=args.drop_block, global_pool=args.gp)
+    for flag, key in _MODEL_ARG_OPTIONS:
+        # only a value the user set can contradict model_kwargs, not an option's default
+        value = option_values[key]
+        _check(value is None or key not in args.model_kwargs or args.model_kwargs[key] == value,
+               f'model_kwargs {key}={args.model_kwargs.get(key)!r} contradicts {flag} {value}; set it in one place')
     try:
         kind = check_dataset_name(args.dataset)
     except DataError as e:
@@ -340,7 +424,6 @@ def check_args(args: argparse.Namespace, check_model: bool = True) -> None:
     _check(kind == 'digits' or bool(args.data_dir),
            f'--dataset {args.dataset!r} needs --data-dir (e.g. --data-dir ../shared/data/cifar10 for the '
            f'ImageFolder copy of CIFAR-10)')
-    in_chans = args.input_size[0] if args.input_size else (args.in_chans or 3)
     if kind == 'torch' and args.dataset.split('/')[-1].lower() in GRAYSCALE_TORCH_DATASETS:
         _check(in_chans == 1, f'--dataset {args.dataset!r} has 1-channel images but the model would take '
                               f'{in_chans}; pass --in-chans 1')
@@ -370,7 +453,8 @@ def check_args(args: argparse.Namespace, check_model: bool = True) -> None:
            f'--input-size {args.input_size} must be three positive integers C H W')
     for name in ('mean', 'std'):
         value = getattr(args, name)
-        _check(value is None or len(value) in (1, 3), f'--{name} {value} must have 1 or 3 values')
+        _check(value is None or len(value) in (1, in_chans) or len(set(value)) == 1,
+               f'--{name} {value} must have 1 value or one per input channel ({in_chans})')
     _check(args.std is None or all(v > 0 for v in args.std), f'--std {args.std} must be positive')
     _check(args.sched in SCHEDULERS, f'--sched {args.sched!r} is not valid; choose one of {", ".join(SCHEDULERS)}')
     optimizers = list_optimizers()
@@ -379,11 +463,11 @@ def check_args(args: argparse.Namespace, check_model: bool = True) -> None:
     _check(args.opt_betas is None or len(args.opt_betas) in (2, 3), f'--opt-betas {args.opt_betas} needs 2 values')
     _check(args.cutmix_minmax is None or len(args.cutmix_minmax) == 2,
            f'--cutmix-minmax {args.cutmix_minmax} needs 2 values')
-    _check(isinstance(args.model_kwargs, dict), f'model_kwargs {args.model_kwargs!r} must be a mapping')
     mixup_active = args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
     _check(not mixup_active or args.batch_size % 2 == 0,
            f'--batch-size {args.batch_size} must be even with mixup/cutmix, which pairs images within a batch')
     if args.aa:
+        _check_aa(args.aa)
         from timm.data import create_transform
         try:  # timm parses the policy string lazily; build it once here to fail before any work
             create_transform(32, is_training=True, auto_augment=args.aa)
@@ -393,6 +477,10 @@ def check_args(args: argparse.Namespace, check_model: bool = True) -> None:
                 f"'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', 'original', 'v0'") from None
     if args.resume:
         path = _resume_path(args.resume)
+        _check(not os.path.isdir(args.resume) or os.path.isfile(path),
+               f'--resume {args.resume!r}: nothing to resume, {os.path.abspath(args.resume)} holds no last.pth.tar '
+               f'(no epoch of that run finished); start it again without --resume (with --overwrite to reuse '
+               f'that folder)')
         _check(os.path.isfile(path), f'--resume {args.resume!r}: no checkpoint at {os.path.abspath(path)}')
     if args.initial_checkpoint:
         _check(os.path.isfile(args.initial_checkpoint),
@@ -463,7 +551,7 @@ def train_one_epoch(
     samples = 0
     batch_time = AverageMeter()
     recent_loss = AverageMeter()
-    bar = _progress(num_batches, f'epoch {epoch}', show_progress)
+    bar = _progress(num_batches, f'epoch {epoch + 1}', show_progress)
     start = end = time.perf_counter()
     for batch_idx, (inputs, target) in enumerate(loader):
         if not prefetcher:
@@ -495,7 +583,7 @@ def train_one_epoch(
             loss_now = loss.item()
             if not math.isfinite(loss_now):
                 raise FloatingPointError(
-                    f'training loss is {loss_now} at epoch {epoch}, batch {batch_idx}; lower --lr '
+                    f'training loss is {loss_now} in epoch {epoch + 1}, batch {batch_idx + 1}; lower --lr '
                     f'(now {_mean_lr(optimizer):.3g}) or set --clip-grad')
             recent_loss.update(loss_now, batch_size)
             rate = batch_size * world_size / max(batch_time.avg, 1e-9)
@@ -504,7 +592,7 @@ def train_one_epoch(
             elif log:
                 done = batch_idx + 1
                 _logger.info(
-                    f'Train: {epoch} [{done:>4d}/{num_batches} ({100. * done / num_batches:>3.0f}%)]'
+                    f'Train: epoch {epoch + 1} [{done:>4d}/{num_batches} ({100. * done / num_batches:>3.0f}%)]'
                     f'  loss {loss_now:.4f} ({recent_loss.avg:.4f})  lr {_mean_lr(optimizer):.3e}  {rate:.1f} img/s')
         bar.update(1)
         if lr_scheduler is not None:
@@ -576,7 +664,7 @@ def plot_summary(summary_csv: str, png_path: str) -> str:
     def column(name: str) -> Optional[List[float]]:
         return [float(r[name]) for r in rows] if name in rows[0] else None
 
-    epochs = column('epoch')
+    epochs = [e + 1 for e in column('epoch')]  # counted from 1, as the log prints them
     fig = Figure(figsize=(10, 4), dpi=100)
     ax_loss, ax_acc = fig.subplots(1, 2)
     for name, label in (('train_loss', 'train'), ('eval_loss', 'eval'), ('eval_ema_loss', 'eval (EMA)')):
@@ -611,21 +699,57 @@ def _output_dir(args: argparse.Namespace) -> Tuple[str, bool]:
     else:
         path = os.path.join(root, '-'.join([datetime.now().strftime('%Y%m%d-%H%M%S'), args.model.replace('/', '_')]))
     continuing = resume_dir is not None and os.path.abspath(path) == resume_dir
+    _check_writable_folder(path, args.output)
     used = os.path.isdir(path) and any(os.scandir(path))
     if used and not continuing and not args.overwrite:
-        raise ConfigError(
-            f'output folder {os.path.abspath(path)} already exists and is not empty; pass --resume '
-            f'{os.path.join(path, "last.pth.tar")} to continue that run, --overwrite to replace its files, or '
-            f'another --experiment')
+        last = os.path.join(path, 'last.pth.tar')
+        resume = f'pass --resume {last} to continue that run, ' if os.path.isfile(last) else (
+            'it holds no checkpoint, so there is nothing to resume; ')
+        raise ConfigError(f'output folder {os.path.abspath(path)} already exists and is not empty; {resume}pass '
+                          f'--overwrite to replace its files, or another --experiment')
     return path, continuing
+
+
+def _check_writable_folder(path: str, output: str) -> None:
+    """ Refuse an output folder that is a file, or lies in a folder this process cannot write. """
+    flag = f'--output {output!r}' if output else f'output folder {path}'
+    missing = _first_missing(path)
+    existing = os.path.dirname(missing) if missing else os.path.abspath(path)
+    if not os.path.isdir(existing):
+        raise ConfigError(f'{flag}: {existing} is a file, not a folder')
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f'{flag}: no permission to write in {existing}')
+
+
+def _run_files(path: str) -> List[str]:
+    """ The files of `path` this entry point writes. """
+    return [os.path.join(path, name) for name in os.listdir(path)
+            if name in _OUTPUT_FILES or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))]
 
 
 def _prepare_output_dir(path: str, continuing: bool, overwrite: bool) -> None:
     os.makedirs(path, exist_ok=True)
     if overwrite and not continuing:
-        for name in os.listdir(path):
-            if name in _OUTPUT_FILES or (name.startswith('checkpoint-') and name.endswith('.pth.tar')):
-                os.remove(os.path.join(path, name))
+        for file in _run_files(path):
+            os.remove(file)
+
+
+def _first_missing(path: str) -> Optional[str]:
+    """ The outermost folder of `path` that does not exist yet (None if `path` exists). """
+    missing, path = None, os.path.abspath(path)
+    while not os.path.exists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing
+
+
+def _remove_unfinished_run(path: str, created: Optional[str]) -> None:
+    """ A new run that stopped before its first checkpoint: remove the files it wrote, and the folders it made. """
+    for file in _run_files(path):
+        os.remove(file)
+    path = os.path.abspath(path)
+    while created is not None and path.startswith(created) and not os.listdir(path):
+        os.rmdir(path)
+        path = os.path.dirname(path)
 
 
 def _save_args(args: argparse.Namespace, path: str) -> None:
@@ -660,10 +784,37 @@ def _build_datasets(args: argparse.Namespace):
     return dataset_train, dataset_eval
 
 
-def _set_img_size(dataset, size: int) -> None:
+def _set_input_size(dataset, input_size: Sequence[int]) -> None:
+    """ Let a dataset produce images of the model's size and channels (gray 'L' images for 1 channel). """
     base = dataset.dataset if isinstance(dataset, ClassBalancedSubset) else dataset
     if hasattr(base, 'set_img_size'):
-        base.set_img_size(size)
+        base.set_img_size(input_size[-1])
+    if getattr(base, 'input_img_mode', None) in ('RGB', 'L'):
+        base.input_img_mode = 'L' if input_size[0] == 1 else 'RGB'
+
+
+def _check_checkpoint_fits(model: nn.Module, state_dict: Dict[str, Any], flag: str, path: str,
+                           args: argparse.Namespace) -> None:
+    """ Refuse a checkpoint whose weights do not fit `model`, saying which model it is for and which keys differ. """
+    mismatch = state_dict_mismatch(model.state_dict(), state_dict)
+    if not mismatch:
+        return
+    try:  # a timm training checkpoint records the model and its arguments
+        meta = load_checkpoint_metadata(_resume_path(path))
+    except Exception:
+        meta = None
+    arch = meta.get('arch') if isinstance(meta, dict) else None
+    saved = meta.get('args') if isinstance(meta, dict) else None
+    saved_kwargs = getattr(saved, 'model_kwargs', None) if saved is not None else None
+    ours = f'--model {args.model}' + (f' with model_kwargs {args.model_kwargs}' if args.model_kwargs else '')
+    theirs = f'{arch} weights' if arch else 'weights of another model'
+    fix = [f'--model {arch}'] if arch and arch != args.model else []
+    if isinstance(saved_kwargs, dict):
+        theirs += f' trained with model_kwargs {saved_kwargs}'
+        if saved_kwargs != args.model_kwargs:
+            fix.append(f'--model-kwargs {_kwargs_cli(saved_kwargs)}' if saved_kwargs else 'no --model-kwargs')
+    hint = f'pass {" ".join(fix)}' if fix else 'build the model it was saved from'
+    raise ConfigError(f'{flag} {path!r} does not fit {ours}: it holds {theirs} (keys: {mismatch}); {hint}')
 
 
 def _fixed_img_size(model: nn.Module) -> Optional[Tuple[int, int]]:
@@ -749,29 +900,44 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
     classes = dataset_classes(dataset_train)
     num_classes_data = len(classes) if classes else int(max(dataset_targets(dataset_train), default=-1)) + 1
     if args.num_classes is None:
-        args.num_classes = num_classes_data
-    elif args.num_classes < num_classes_data:
-        raise ConfigError(f'--num-classes {args.num_classes} is too small: the training labels go up to '
-                          f'{num_classes_data - 1}')
+        args.num_classes = args.model_kwargs.get('num_classes', num_classes_data)
+    if args.num_classes < num_classes_data:
+        raise ConfigError(f'num_classes {args.num_classes} (--num-classes or model_kwargs) is too small: the '
+                          f'training labels go up to {num_classes_data - 1}')
 
     random_seed(args.seed, args.rank)
-    in_chans = args.input_size[0] if args.input_size else (args.in_chans or 3)
+    in_chans = _in_chans(args)
+    # check_args refused options that contradict model_kwargs; model_kwargs fill in the options left unset
     factory_kwargs = dict(
         in_chans=in_chans, num_classes=args.num_classes, drop_rate=args.drop, drop_path_rate=args.drop_path,
         drop_block_rate=args.drop_block, global_pool=args.gp)
-    for key, value in args.model_kwargs.items():
-        # a dedicated flag and model_kwargs may both name an argument: allow it only when they agree
-        if factory_kwargs.get(key) is not None and factory_kwargs[key] != value and key != 'drop_rate':
-            raise ConfigError(f'model_kwargs {key}={value!r} contradicts the value {factory_kwargs[key]!r} set by '
-                              f'its own option; set it in one place')
     factory_kwargs.update(args.model_kwargs)
     try:
-        model = create_model(
-            args.model, pretrained=args.pretrained, checkpoint_path=args.initial_checkpoint or None,
-            **factory_kwargs)
+        model = create_model(args.model, pretrained=args.pretrained, **factory_kwargs)
     except (TypeError, ValueError, RuntimeError) as e:
-        raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: {e}') from None
-    data_args = dict(vars(args))
+        raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: '
+                          f'{_one_line(e)}') from None
+    if args.initial_checkpoint and args.initial_checkpoint.lower().endswith(('.npz', '.npy')):
+        load_checkpoint(model, args.initial_checkpoint)  # JAX weights: the model's own loader, as timm does
+    elif args.initial_checkpoint:
+        try:  # timm's choice of weights: the EMA ones when the checkpoint has them
+            state_dict = load_state_dict(args.initial_checkpoint, use_ema=True)
+        except Exception as e:  # truncated or foreign file
+            raise ConfigError(f'--initial-checkpoint {args.initial_checkpoint!r} is not a readable checkpoint '
+                              f'({type(e).__name__}: {_one_line(e)})') from None
+        _check_checkpoint_fits(model, state_dict, '--initial-checkpoint', args.initial_checkpoint, args)
+        model.load_state_dict(state_dict)
+    if args.resume:
+        resume_state = load_checkpoint_metadata(_resume_path(args.resume))  # tensors memory-mapped: cheap
+        if isinstance(resume_state, dict) and isinstance(resume_state.get('state_dict'), dict):
+            resume_state = clean_state_dict(resume_state['state_dict'])
+        if not isinstance(resume_state, dict):
+            raise ConfigError(f'--resume {args.resume!r} holds a {type(resume_state).__name__}, not a checkpoint')
+        _check_checkpoint_fits(model, resume_state, '--resume', args.resume, args)
+    data_args = dict(vars(args), in_chans=in_chans)
+    for name in ('mean', 'std'):  # equal values stand for any number of channels
+        if data_args[name] is not None and len(set(data_args[name])) == 1:
+            data_args[name] = data_args[name][:1]
     model_img_size = _fixed_img_size(model)
     if args.img_size is None and args.input_size is None and model_img_size is not None:
         # a model built with model_kwargs img_size=... keeps its registered pretrained_cfg size; follow the model
@@ -779,7 +945,7 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
     data_config = resolve_data_config(data_args, model=model)
     _check_input_size(model, data_config['input_size'])
     for dataset in (dataset_train, dataset_eval):
-        _set_img_size(dataset, data_config['input_size'][-1])
+        _set_input_size(dataset, data_config['input_size'])
     num_params = sum(p.numel() for p in model.parameters())
     _logger.info(f'Model {args.model}: {num_params / 1e6:.3f}M parameters, {args.num_classes} classes, input '
                  f'{tuple(data_config["input_size"])}; {len(dataset_train)} training / {len(dataset_eval)} '
@@ -878,6 +1044,7 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
 
     saver = None
     summary_csv = None
+    created = _first_missing(output_dir) if primary else None
     if primary:
         _prepare_output_dir(output_dir, continuing, args.overwrite)
         saver = CheckpointSaver(
@@ -890,7 +1057,8 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
         trim_summary(summary_csv, start_epoch)
         if not continuing or not os.path.exists(os.path.join(output_dir, 'args.yaml')):
             _save_args(args, os.path.join(output_dir, 'args.yaml'))
-        _logger.info(f'Output: {os.path.abspath(output_dir)}; epochs {start_epoch}..{num_epochs - 1}')
+        todo = f'epochs {start_epoch + 1}..{num_epochs}' if start_epoch < num_epochs else 'no epoch left'
+        _logger.info(f'Output: {os.path.abspath(output_dir)}; {todo} of {num_epochs}')
 
     show_progress = primary and sys.stdout.isatty()
     history: List[Dict[str, Any]] = []
@@ -932,11 +1100,21 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
                       f'lr {lr:.2e}  {train_metrics["img_per_sec"]:.0f} img/s  {epoch_time:.1f}s', flush=True)
                 if args.plot:
                     plot_summary(summary_csv, os.path.join(output_dir, 'summary.png'))
-    except KeyboardInterrupt:
-        if primary and output_dir:
-            last = os.path.join(output_dir, 'last.pth.tar')
-            print(f'interrupted in epoch {epoch}; the last finished epoch is in {last} '
-                  f'(continue with --resume {last})', file=sys.stderr)
+    except BaseException as e:
+        last = os.path.join(output_dir, 'last.pth.tar') if primary else None
+        if primary and not continuing and not os.path.exists(last):
+            _remove_unfinished_run(output_dir, created)
+        if primary and isinstance(e, KeyboardInterrupt):
+            where = f'interrupted in epoch {epoch + 1}/{num_epochs}'
+            if os.path.exists(last):
+                print(f'{where}; the last finished epoch is in {last} (continue with --resume {last})',
+                      file=sys.stderr)
+            elif args.resume:
+                print(f'{where}, before it finished: nothing was kept; continue again with --resume '
+                      f'{args.resume}', file=sys.stderr)
+            else:
+                print(f'{where}, before any epoch finished: nothing to resume, and nothing was kept',
+                      file=sys.stderr)
         raise
 
     if not history:  # the checkpoint had already reached the final epoch: report its accuracy
@@ -1003,10 +1181,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_args(args)
         train(args)
     except (ConfigError, DataError) as e:
-        print(f'{PROG}: error: {e}', file=sys.stderr)
+        print(f'{PROG}: error: {_one_line(e)}', file=sys.stderr)
         return 2
-    except FloatingPointError as e:
-        print(f'{PROG}: error: {e}', file=sys.stderr)
+    except (FloatingPointError, ImageReadError) as e:
+        print(f'{PROG}: error: {_one_line(e)}', file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -75,11 +75,12 @@ class StructVisionTransformer(VisionTransformer):
         self.struct_init_seed = struct_init_seed
         self.struct_init_record: Optional[Dict[str, Any]] = None
         self.pos_embed_scale = 1.0  # an init may scale the position table; the model keeps the scale
-        if struct_init is None and (struct_init_kwargs or struct_init_seed is not None):
-            given = 'struct_init_kwargs' if struct_init_kwargs else 'struct_init_seed'
+        if struct_init is None and struct_init_kwargs:
+            # (a struct_init_seed alone is harmless: tools pass one to every model so that any init is seeded)
             raise ValueError(
-                f'{given} given without struct_init, so nothing would use it; add struct_init=NAME '
-                f'(one of {", ".join(list_inits())}) or use a registered init model such as vit_tiny_patch2_32_mimetic')
+                f'struct_init_kwargs={struct_init_kwargs} given without struct_init, so nothing would use them; add '
+                f'struct_init=NAME (one of {", ".join(list_inits())}) or use a registered init model such as '
+                f'vit_tiny_patch2_32_mimetic')
         if struct_init is not None:
             cfg = make_init_cfg(struct_init, **self.struct_init_kwargs)
             check = get_init(struct_init).check_model
