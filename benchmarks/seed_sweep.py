@@ -7,6 +7,9 @@ layer), whether every weight is finite, whether the weights equal those of the f
 and, every `--check-every` seeds, that half and bfloat16 forward passes are finite and that layer 0's products
 are the exact rank-k truncation of the drawn targets (mimetic) or the exact V/proj target.
 
+For impulse models the Q/K ratio is not a factorization's: the 2024 norm cap holds each of W_q's k columns and
+each of W_k's D rows at one norm, so |W_q| / |W_k| = sqrt(k / D) (0.577 for ViT-T) by design.
+
 The model is built once per thread count and the init re-applied with each seed (`apply_init(model, init,
 seed=s)`): the init writes the same weights whatever the rest of the model holds.
 
