@@ -169,6 +169,18 @@ def test_output_that_is_a_file(tmp_path, capsys, output):
     one_error_line(capsys.readouterr().err, 'timm-structinit export')
 
 
+def assert_unwritable_refused(data, locked, capsys):
+    """ Training into, and exporting into, a folder this user cannot write: one line each, exit 2, nothing made. """
+    code, out, err = run_train([*TINY, *FAST, '--data-dir', data, '--output', locked / 'runs'], capsys)
+    assert code == 2
+    assert f"--output '{locked / 'runs'}': no permission to write in {locked}" in one_error_line(err)
+    code = cli.main(['export', 'vit_tiny_patch2_32_mimetic', str(locked / 'export'), '--model-kwargs', 'depth=1'])
+    assert code == 2
+    line = one_error_line(capsys.readouterr().err, 'timm-structinit export')
+    assert f'export target {locked / "export"}: no permission to write in {locked}' in line
+    assert list(locked.iterdir()) == []
+
+
 def test_read_only_output_folder(tmp_path, capsys):
     data = image_folder(tmp_path / 'data')
     locked = tmp_path / 'locked'
@@ -177,14 +189,7 @@ def test_read_only_output_folder(tmp_path, capsys):
     try:
         if os.access(locked, os.W_OK):  # root writes anyway: nothing to refuse
             pytest.skip('this user can write into a read-only folder')
-        code, out, err = run_train([*TINY, *FAST, '--data-dir', data, '--output', locked / 'runs'], capsys)
-        assert code == 2
-        assert f'no permission to write in {locked}' in one_error_line(err)
-        code = cli.main(['export', 'vit_tiny_patch2_32_mimetic', str(locked / 'export'), '--model-kwargs', 'depth=1'])
-        assert code == 2
-        line = one_error_line(capsys.readouterr().err, 'timm-structinit export')
-        assert f'no permission to write in {locked}' in line
-        assert list(locked.iterdir()) == []
+        assert_unwritable_refused(data, locked, capsys)
     finally:
         locked.chmod(0o755)
 
@@ -196,14 +201,7 @@ def test_unwritable_output_folder_is_refused_before_any_work(tmp_path, capsys, m
     locked.mkdir()
     access = os.access
     monkeypatch.setattr(os, 'access', lambda path, mode: access(path, mode) and Path(path) != locked)
-    code, out, err = run_train([*TINY, *FAST, '--data-dir', data, '--output', locked / 'runs'], capsys)
-    assert code == 2
-    assert f"--output '{locked / 'runs'}': no permission to write in {locked}" in one_error_line(err)
-    code = cli.main(['export', 'vit_tiny_patch2_32_mimetic', str(locked / 'export'), '--model-kwargs', 'depth=1'])
-    assert code == 2
-    line = one_error_line(capsys.readouterr().err, 'timm-structinit export')
-    assert f'export target {locked / "export"}: no permission to write in {locked}' in line
-    assert list(locked.iterdir()) == []
+    assert_unwritable_refused(data, locked, capsys)
 
 
 def test_full_disk_during_export_leaves_nothing(tmp_path, capsys, monkeypatch):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
 __all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'OneLineArgumentParser',
-           'exit_status']
+           'error_line', 'exit_status']
 
 PROG = 'timm-structinit'
 
@@ -55,6 +55,11 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f'{self.prog}: error: {message} (see {self.prog} --help)\n')
+
+
+def error_line(error: BaseException) -> str:
+    """ An error's message on one line (whitespace, newlines included, collapsed), or its type's name. """
+    return ' '.join(str(error).split()) or type(error).__name__
 
 
 def exit_status(error: BaseException) -> int:
@@ -232,8 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f'{PROG} {args.command}: interrupted', file=sys.stderr)
         return 130
     except _expected_errors() as e:
-        message = ' '.join(str(e).split()) or type(e).__name__
-        print(f'{PROG} {args.command}: error: {message}', file=sys.stderr)
+        print(f'{PROG} {args.command}: error: {error_line(e)}', file=sys.stderr)
         return exit_status(e)
 
 

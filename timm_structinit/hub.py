@@ -453,16 +453,12 @@ def _build(
     if package_model and checkpoint is None:
         # the init's own generator gets the seed too, so the attention weights do not depend on timm's draws
         kwargs.setdefault('struct_init_seed', seed)
-
-    def create(kwargs: Dict[str, Any]) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
-            return timm.create_model(model_name, **kwargs)
+            model = timm.create_model(model_name, **kwargs)
         except TypeError as e:
             raise ValueError(f'cannot build {model_name} with model_kwargs {kwargs}: {_one_line(e)}') from None
-
-    with torch.random.fork_rng(devices=[]):
-        model = create(kwargs)
     record = getattr(model, 'struct_init_record', None)
     prov = _Provenance(model_name=model_name, seed=seed, model_kwargs=user_kwargs, init_record=_plain(record))
     if checkpoint is not None:

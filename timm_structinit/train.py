@@ -49,7 +49,7 @@ from timm.utils import (
     load_checkpoint_metadata, random_seed, trim_summary, unwrap_model, update_summary,
 )
 
-from .cli import OneLineArgumentParser
+from .cli import OneLineArgumentParser, error_line
 from .data import (
     ClassBalancedSubset, DataError, ImageReadError, build_dataset, check_dataset_name, dataset_classes,
     dataset_targets, make_posterize_zero_bits_safe,
@@ -73,10 +73,6 @@ _NOT_SAVED = ('config', 'resume', 'experiment', 'overwrite', 'local_rank', 'timm
 
 class ConfigError(ValueError):
     """ An argument or config value is invalid; the message names it and what would be valid. """
-
-
-def _one_line(error: BaseException) -> str:
-    return ' '.join(str(error).split()) or type(error).__name__
 
 
 class KwargsAction(argparse.Action):
@@ -307,7 +303,7 @@ def load_config(path: str, parser: argparse.ArgumentParser) -> Dict[str, Any]:
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
         where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ''
-        raise ConfigError(f'--config {path!r} is not valid YAML: {getattr(e, "problem", None) or _one_line(e)}'
+        raise ConfigError(f'--config {path!r} is not valid YAML: {getattr(e, "problem", None) or error_line(e)}'
                           f'{where}') from None
     cfg = cfg or {}
     if not isinstance(cfg, dict):
@@ -916,7 +912,7 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
         model = create_model(args.model, pretrained=args.pretrained, **factory_kwargs)
     except (TypeError, ValueError, RuntimeError) as e:
         raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: '
-                          f'{_one_line(e)}') from None
+                          f'{error_line(e)}') from None
     if args.initial_checkpoint and args.initial_checkpoint.lower().endswith(('.npz', '.npy')):
         load_checkpoint(model, args.initial_checkpoint)  # JAX weights: the model's own loader, as timm does
     elif args.initial_checkpoint:
@@ -924,7 +920,7 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
             state_dict = load_state_dict(args.initial_checkpoint, use_ema=True)
         except Exception as e:  # truncated or foreign file
             raise ConfigError(f'--initial-checkpoint {args.initial_checkpoint!r} is not a readable checkpoint '
-                              f'({type(e).__name__}: {_one_line(e)})') from None
+                              f'({type(e).__name__}: {error_line(e)})') from None
         _check_checkpoint_fits(model, state_dict, '--initial-checkpoint', args.initial_checkpoint, args)
         model.load_state_dict(state_dict)
     if args.resume:
@@ -1181,10 +1177,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_args(args)
         train(args)
     except (ConfigError, DataError) as e:
-        print(f'{PROG}: error: {_one_line(e)}', file=sys.stderr)
+        print(f'{PROG}: error: {error_line(e)}', file=sys.stderr)
         return 2
     except (FloatingPointError, ImageReadError) as e:
-        print(f'{PROG}: error: {_one_line(e)}', file=sys.stderr)
+        print(f'{PROG}: error: {error_line(e)}', file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
