@@ -18,6 +18,7 @@ over several sittings. `report` (run automatically at the end) writes `results.m
     python benchmarks/compare_inits.py                      # run what is missing, then report
     python benchmarks/compare_inits.py --only mimetic_s0    # one run
     python benchmarks/compare_inits.py --probes             # the main runs, then the probes
+    python benchmarks/compare_inits.py --science            # the main runs, then the impulse study (E2-E4)
     python benchmarks/compare_inits.py --report-only
 """
 import argparse
@@ -52,12 +53,13 @@ class Entry:
     baseline: Optional[str] = None
     kwargs: Dict[str, Any] = field(default_factory=dict)
     question: str = ''  # probes only: what the probe tests
+    recipe: Tuple[str, ...] = ()  # flags that replace or extend RECIPE's for this entry (argparse: the last wins)
 
 
 INITS: Dict[str, Entry] = {
     'timm_default': Entry('vit_tiny_patch2_32', (0, 1)),
     'sincos': Entry('vit_tiny_patch2_32_sincos', (0,)),
-    'gap_sincos': Entry('vit_tiny_patch2_32_gap_sincos', (0,)),
+    'gap_sincos': Entry('vit_tiny_patch2_32_gap_sincos', (0, 1)),
     'mimetic': Entry('vit_tiny_patch2_32_mimetic', (0, 1), 'sincos'),
     'impulse3': Entry('vit_tiny_patch2_32_impulse3', (0, 1), 'gap_sincos'),
     'impulse5': Entry('vit_tiny_patch2_32_impulse5', (0,), 'gap_sincos'),
@@ -79,7 +81,37 @@ PROBES: Dict[str, Entry] = {
         'vit_tiny_patch2_32_impulse3', (0,), 'gap_sincos_p2', {'patch_size': 2},
         'impulse-3 on the papers\' 16 x 16 grid: is the 8 x 8 grid too coarse for a 3 x 3 filter?'),
 }
-ENTRIES = {**INITS, **PROBES}
+
+# The impulse study (`--science`): what it takes for impulse Q/K to carry locality into training at this scale.
+# E2 isolates Q/K under a V/proj that transmits (mimetic V/proj on both sides); E3 is the sharp closed-form solve
+# (svd, spectrum cut 0.1), which keeps 0.25-0.42 of the mass on the target on real images in every layer at step
+# 0 (the default capped solve: 0.14), against the standard base; E4 is E3's arm and the standard base at 40 epochs
+# with the papers' augmentation (RandAugment, Mixup / CutMix).
+MIMETIC_VPROJ_ONLY = {'struct_init': 'mimetic', 'struct_init_kwargs': {'qk': False}}
+SVD = {'solver': 'svd'}
+LONG_AUG = ('--epochs', '40', '--warmup-epochs', '5', '--aa', 'rand-m9-mstd0.5-inc1', '--mixup', '0.8',
+            '--cutmix', '1.0')
+SCIENCE: Dict[str, Entry] = {
+    'e2_base_mimetic_vproj': Entry(
+        'vit_tiny_patch2_32_gap_sincos', (0, 1), 'gap_sincos', MIMETIC_VPROJ_ONLY,
+        'E2 base: timm Q/K, mimetic V/proj (transmission control)'),
+    'e2_impulse3_mimetic_vproj': Entry(
+        'vit_tiny_patch2_32_impulse3', (0, 1), 'e2_base_mimetic_vproj', {'struct_init_kwargs': {'vproj': 'mimetic'}},
+        'E2: impulse-3 Q/K against timm Q/K, both with mimetic V/proj'),
+    'e3_impulse3_svd': Entry(
+        'vit_tiny_patch2_32_impulse3', (0, 1), 'gap_sincos', {'struct_init_kwargs': SVD},
+        'E3: sharp impulse-3 Q/K (closed form), everything else the standard base'),
+    'e3_impulse3_svd_mimetic_vproj': Entry(
+        'vit_tiny_patch2_32_impulse3', (0, 1), 'gap_sincos', {'struct_init_kwargs': {**SVD, 'vproj': 'mimetic'}},
+        'E3: sharp impulse-3 Q/K with mimetic V/proj'),
+    'e4_gap_sincos': Entry(
+        'vit_tiny_patch2_32_gap_sincos', (0,), None, {}, 'E4: the standard base, 40 epochs, RandAugment + Mixup/CutMix',
+        LONG_AUG),
+    'e4_impulse3_svd': Entry(
+        'vit_tiny_patch2_32_impulse3', (0,), 'e4_gap_sincos', {'struct_init_kwargs': SVD},
+        'E4: E3\'s arm, 40 epochs, RandAugment + Mixup/CutMix', LONG_AUG),
+}
+ENTRIES = {**INITS, **PROBES, **SCIENCE}
 
 RECIPE = [
     '--train-split', 'train', '--val-split', 'test', '--train-subset', '8000', '--val-subset', '5000',
@@ -113,7 +145,7 @@ def train_command(name: str, seed: int, data_dir: Path, out: Path) -> List[str]:
     return [
         sys.executable, '-m', 'timm_structinit.train', '--data-dir', str(data_dir), '--model', entry.model,
         '--model-kwargs', *[f'{k}={v}' for k, v in model_kwargs(entry).items()], '--seed', str(seed),
-        '--output', str(out.parent), '--experiment', out.name, *RECIPE,
+        '--output', str(out.parent), '--experiment', out.name, *RECIPE, *entry.recipe,
     ]
 
 
@@ -138,11 +170,13 @@ def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                        env={**os.environ, 'PYTHONUNBUFFERED': '1'})
     rows = read_summary(work / 'summary.csv')
+    mass_rows = read_summary(work / 'target_mass.csv') if (work / 'target_mass.csv').exists() else []
     entry = ENTRIES[name]
     result = dict(
         init=name, seed=seed, model=entry.model, model_kwargs=model_kwargs(entry),
         final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows), epochs=len(rows),
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
+        target_mass=[{k: round(v, 4) for k, v in r.items()} for r in mass_rows],
         seconds=round(time.time() - start, 1), command=' '.join(command[1:]),
         date=datetime.datetime.now().isoformat(timespec='seconds'))
     (work / 'result.json').write_text(json.dumps(result, indent=1))
@@ -177,6 +211,22 @@ def _table(entries: Dict[str, Entry], by_name: Dict[str, List[dict]], probes: bo
     return lines
 
 
+def _mass_table(entries: Dict[str, Entry], by_name: Dict[str, List[dict]]) -> List[str]:
+    lines = ['| init | target mass per layer at epoch 0 | epoch 1 | epoch 3 | last epoch |', '|---|---|---|---|---|']
+    for name in entries:
+        runs = [r for r in by_name.get(name, []) if r['seed'] == 0 and r.get('target_mass')]
+        if not runs:
+            continue
+        rows = {int(row['epoch']): row for row in runs[0]['target_mass']}
+        cells = []
+        for epoch in (0, 1, 3, max(rows)):
+            row = rows.get(epoch)
+            layers = [v for k, v in sorted(row.items(), key=lambda kv: kv[0]) if k.startswith('layer')] if row else []
+            cells.append(' '.join(f'{v:.2f}' for v in layers) + (f' (mean {row["mean"]:.2f})' if row else ''))
+        lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
+    return lines
+
+
 def report(out_dir: Path, command: str) -> None:
     runs_dir = out_dir / 'runs'
     results = [json.loads(p.read_text()) for p in sorted(runs_dir.glob('*/result.json'))]
@@ -208,6 +258,19 @@ def report(out_dir: Path, command: str) -> None:
             'Same recipe, one seed each; kwargs shown are the changes from the scale above.',
             '',
             *_table(PROBES, by_name, probes=True),
+        ]
+    if any(name in by_name for name in SCIENCE):
+        lines += [
+            '',
+            '## Impulse study (`python benchmarks/compare_inits.py --science`)',
+            '',
+            'Same recipe unless the question says otherwise (E4: `' + ' '.join(LONG_AUG) + '`). The target-mass '
+            'columns are the mean attention mass on each head\'s impulse target over 64 fixed class-balanced test '
+            'images, per layer (layer 1 ... last), at epoch 0 (init), 1, 3 and the last epoch; seed 0.',
+            '',
+            *_table(SCIENCE, by_name, probes=True),
+            '',
+            *_mass_table(SCIENCE, by_name),
         ]
     write_lines(out_dir / 'results.md', lines)
     print('\n'.join(lines))
@@ -246,6 +309,7 @@ def main(argv=None) -> None:
     parser.add_argument('--out-dir', type=Path, default=HERE / 'results' / 'compare_inits')
     parser.add_argument('--only', nargs='*', default=None, help='run names (e.g. mimetic_s0) or init names')
     parser.add_argument('--probes', action='store_true', help='also run the probes (after the main runs)')
+    parser.add_argument('--science', action='store_true', help='also run the impulse study (E2-E4)')
     parser.add_argument('--report-only', action='store_true')
     args = parser.parse_args(argv)
     if args.only:
@@ -254,16 +318,18 @@ def main(argv=None) -> None:
         if unknown:
             parser.error(f'--only {" ".join(unknown)}: unknown; valid: {", ".join(sorted(known))}')
     command = 'python benchmarks/compare_inits.py' + (' --probes' if args.probes else '') + (
+        ' --science' if args.science else '') + (
         f' --only {" ".join(args.only)}' if args.only else '')
     runs_dir = args.out_dir / 'runs'
     if not args.report_only:
         if not (args.data_dir / 'train').is_dir():
             sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
         runs_dir.mkdir(parents=True, exist_ok=True)
-        selected = ENTRIES if args.probes or args.only else INITS
-        for name, seed in all_runs(INITS) + (all_runs(PROBES) if selected is ENTRIES else []):
-            if args.only and run_name(name, seed) not in args.only and name not in args.only:
-                continue
+        runs = all_runs(INITS) + (all_runs(PROBES) if args.probes or args.only else []) + (
+            all_runs(SCIENCE) if args.science or args.only else [])
+        if args.only:  # in the order given
+            runs = [run for wanted in args.only for run in runs if wanted in (run_name(*run), run[0])]
+        for name, seed in runs:
             do_run(name, seed, args.data_dir, runs_dir)
     runs_dir.mkdir(parents=True, exist_ok=True)
     report(args.out_dir, command)

@@ -16,7 +16,8 @@ from .impulse_solvers import attention_maps, map_metrics
 
 __all__ = [
     'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
-    'format_summary', 'plot_layer', 'load_images',
+    'format_summary', 'plot_layer', 'load_images', 'layer_image_mass',
+    'plot_target_mass',
 ]
 
 
@@ -135,6 +136,33 @@ def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
         return torch.stack([dataset[i][0] for i in range(0, len(dataset), step)[:count]])
     except (DataError, ImageReadError) as e:
         raise ValueError(str(e)) from None
+
+
+def _impulse_offsets(model: nn.Module) -> Optional[List[List[List[int]]]]:
+    """ Per layer and head, the target offset of the model's impulse init; None for a model without one. """
+    return (getattr(model, 'struct_init_record', None) or {}).get('offsets')
+
+
+@torch.no_grad()
+def layer_image_mass(model: nn.Module, images: torch.Tensor) -> Optional[List[float]]:
+    """ Per layer, the attention mass on each head's impulse target averaged over heads, query patches and
+    `images` (normalized, the model's input size); None for a model without impulse offsets.
+
+    This is the structure a real input sees, so tracked through training it shows whether the locality an impulse
+    init starts from is kept or fades.
+    """
+    offsets = _impulse_offsets(model)
+    if offsets is None:
+        return None
+    grid = _grid(model)
+    border = _init_cfg(model).get('border', 'zero')
+    maps = _image_attention_maps(model, range(len(offsets)), images)
+    masses = []
+    for layer, layer_offsets in enumerate(offsets):
+        targets = torch.stack([impulse_target(grid, tuple(o), border) for o in layer_offsets])
+        patch = _patch_block(maps[layer], model, targets.shape[-1])
+        masses.append(map_metrics(patch.float(), targets)['target_mass'].mean().item())
+    return masses
 
 
 def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[Dict[str, Any]]:
@@ -256,3 +284,27 @@ def plot_layer(
     plt.close(fig)
     tmp.replace(out)
     return out
+
+
+def plot_target_mass(rows: Sequence[Dict[str, float]], png_path: str, title: str = '') -> str:
+    """ Real-image mass on the impulse targets per layer against the epoch (0: at init), from rows of
+    `{'epoch': e, 'layer1': m, ...}`; written to a temporary file, then renamed. """
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
+    except ImportError as err:  # an optional dependency
+        raise ImportError('figures need matplotlib: pip install "timm-structinit[plots]"') from err
+    layers = [k for k in rows[0] if k.startswith('layer')]
+    epochs = [r['epoch'] for r in rows]
+    fig = Figure(figsize=(6, 4), dpi=100)
+    ax = fig.subplots()
+    for i, key in enumerate(layers):
+        ax.plot(epochs, [r[key] for r in rows], marker='.', color=f'C{i % 10}', label=key.replace('layer', 'layer '))
+    ax.set(xlabel='epoch (0: at init)', ylabel='mass on the target offset', title=title or 'impulse target mass')
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = f'{png_path}.tmp.png'
+    fig.savefig(tmp)
+    Path(tmp).replace(png_path)
+    return png_path

@@ -54,6 +54,7 @@ class ImpulseCfg:
     noise_std: float = field(default=0.6, metadata={'range': (0.0, float('inf'))})
     noise_scale: float = field(default=3.0, metadata={'range': (0.0, float('inf'))})
     factor_norm: float = field(default=7.0, metadata=_POSITIVE)
+    svd_rtol: float = field(default=0.1, metadata={'range': (0.0, 1.0)})  # spectrum cut of the pseudo input
     # pseudo input: 'sincos' (LayerNorm of the grid's sin-cos table) or 'pos_embed' (LayerNorm of the model's own
     # patch position embedding after scaling it by pos_embed_scale, which the model keeps)
     pseudo_input: str = field(default='sincos', metadata={'choices': PSEUDO_INPUTS})
@@ -67,7 +68,7 @@ class ImpulseCfg:
             return dict(iters=self.adam_iters, lr=self.adam_lr, norm_every=self.norm_every)
         return dict(
             target_scale=self.target_scale, noise_std=self.noise_std, noise_scale=self.noise_scale,
-            factor_norm=self.factor_norm)
+            factor_norm=self.factor_norm, rtol=self.svd_rtol)
 
 
 IMPULSE2025 = dict(

@@ -43,6 +43,11 @@ class MimeticCfg:
     vproj_sign: int = field(default=-1, metadata=_SIGN)            # sign of the identity in B: -1 vision, +1 language
     noise_dist: str = field(default='normal', metadata={'choices': ('normal', 'uniform')})  # uniform: variance 1 / D
     vproj: bool = True  # also write V/proj (False: Q/K only)
+    qk: bool = True  # also write Q/K (False: V/proj only, a transmission control for other Q/K inits)
+
+    def validate(self) -> None:
+        if not (self.qk or self.vproj):
+            raise ValueError('MimeticCfg.qk=False with vproj=False writes nothing; set at least one to True')
 
 
 def _noise(shape, dim: int, dist: str, generator: torch.Generator) -> torch.Tensor:
@@ -84,6 +89,10 @@ def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Gene
     if any(a.qkv.in_features != dim or a.num_heads != heads for a in attns):
         raise ValueError('mimetic_init_ expects attention modules of equal width and head count')
     k = head_dim_of(attns[0])
+    record = {'num_layers': len(attns), 'num_heads': heads, 'head_dim': k}
+    if not cfg.qk:
+        mimetic_vproj_init_(attns, cfg, generator)
+        return record
     targets = draw_mimetic_targets(dim, heads, len(attns), cfg, generator)
     wq, wk = truncated_factors(targets['qk'].reshape(-1, dim, dim), k)
     wq, wk = wq.reshape(len(attns), heads, dim, k), wk.reshape(len(attns), heads, dim, k)
@@ -95,7 +104,7 @@ def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Gene
         if cfg.vproj:
             write_vproj_(attn, wv[i].to(dtype), wproj[i].to(dtype))
         zero_attention_bias_(attn, qk=True, vproj=cfg.vproj)
-    return {'num_layers': len(attns), 'num_heads': heads, 'head_dim': k}
+    return record
 
 
 @torch.no_grad()

@@ -55,6 +55,7 @@ from .data import (
     dataset_targets, make_posterize_zero_bits_safe,
 )
 from .hub import _kwargs_cli, state_dict_mismatch
+from .mass_tracking import TargetMassTracker, mass_columns
 
 __all__ = ['main', 'train', 'parse_args', 'check_args', 'build_parser', 'load_config', 'ConfigError',
            'train_one_epoch', 'validate', 'seed_epoch', 'plot_summary', 'run_timm_train_script']
@@ -66,7 +67,8 @@ _logger = logging.getLogger('train')
 GRAYSCALE_TORCH_DATASETS = ('mnist', 'kmnist', 'fashion_mnist', 'qmnist')
 SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
 # files this entry point writes into an output directory; --overwrite removes exactly these
-_OUTPUT_FILES = ('summary.csv', 'summary.png', 'args.yaml', 'last.pth.tar', 'model_best.pth.tar', 'tmp.pth.tar')
+_OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',
+                 'model_best.pth.tar', 'tmp.pth.tar')
 # run-specific keys left out of the args.yaml written next to the checkpoints, so it can be reused with -c
 _NOT_SAVED = ('config', 'resume', 'experiment', 'overwrite', 'local_rank', 'timm_train_script')
 
@@ -1056,6 +1058,17 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
         todo = f'epochs {start_epoch + 1}..{num_epochs}' if start_epoch < num_epochs else 'no epoch left'
         _logger.info(f'Output: {os.path.abspath(output_dir)}; {todo} of {num_epochs}')
 
+    tracker = None
+    if primary and TargetMassTracker.applies_to(unwrap_model(model)):
+        # an impulse model: follow the mass on its targets from the start (or the resumed epoch) on
+        tracker = TargetMassTracker(
+            dataset_eval, dict(loader_common, interpolation=data_config['interpolation'],
+                               crop_pct=data_config['crop_pct']), output_dir, start_epoch)
+        if not any(r['epoch'] == start_epoch for r in tracker.rows):
+            first = tracker.measure(unwrap_model(model), start_epoch)
+            print(f'target mass at epoch {start_epoch}: {first["mean"]:.3f} (layers '
+                  f'{" ".join(f"{v:.2f}" for k, v in first.items() if k.startswith("layer"))})', flush=True)
+
     show_progress = primary and sys.stdout.isatty()
     history: List[Dict[str, Any]] = []
     eval_metrics: Dict[str, Any] = {}
@@ -1087,15 +1100,19 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
                    **{f'eval_{k}': v for k, v in eval_metrics.items()}, 'lr': lr}
             history.append(row)
             if primary:
-                update_summary(epoch, train_metrics, {k: v for k, v in eval_metrics.items() if k != 'count'},
-                               summary_csv, lr=lr)
+                mass = tracker.measure(unwrap_model(model), epoch + 1) if tracker is not None else None
+                update_summary(epoch, train_metrics, {**{k: v for k, v in eval_metrics.items() if k != 'count'},
+                                                      **mass_columns(mass)}, summary_csv, lr=lr)
                 saver.save_checkpoint(epoch, metric=latest_metric)
                 ema_text = f'  ema top-1 {eval_metrics["ema_top1"]:.2f}%' if 'ema_top1' in eval_metrics else ''
                 print(f'epoch {epoch + 1:>3d}/{num_epochs}  train loss {train_metrics["loss"]:.4f}  '
                       f'eval loss {eval_metrics["loss"]:.4f}  top-1 {eval_metrics["top1"]:.2f}%{ema_text}  '
-                      f'lr {lr:.2e}  {train_metrics["img_per_sec"]:.0f} img/s  {epoch_time:.1f}s', flush=True)
+                      f'lr {lr:.2e}  {train_metrics["img_per_sec"]:.0f} img/s  {epoch_time:.1f}s'
+                      + (f'  target mass {mass["mean"]:.3f}' if mass is not None else ''), flush=True)
                 if args.plot:
                     plot_summary(summary_csv, os.path.join(output_dir, 'summary.png'))
+                    if tracker is not None:
+                        tracker.plot(os.path.join(output_dir, 'target_mass.png'), args.model)
     except BaseException as e:
         last = os.path.join(output_dir, 'last.pth.tar') if primary else None
         if primary and not continuing and not os.path.exists(last):

@@ -1,0 +1,67 @@
+""" Track the impulse structure through training: per epoch, the attention mass each layer puts on its heads'
+impulse targets, measured on one fixed batch of evaluation images.
+
+An impulse init gives every head a local filter at step 0; whether training keeps that locality or lets it fade is
+what decides whether the init was worth it, and it shows in this curve long before it shows in accuracy.
+"""
+import csv
+import os
+from typing import Dict, List, Optional
+
+from torch import nn
+from timm.data import create_loader
+
+from .data import ClassBalancedSubset
+from .diagnostics import layer_image_mass, plot_target_mass
+
+__all__ = ['TargetMassTracker', 'mass_columns', 'MASS_IMAGES']
+
+MASS_IMAGES = 64  # class-balanced, fixed for the whole run
+
+
+class TargetMassTracker:
+    """ Measures `layer_image_mass` on a fixed evaluation batch and keeps `target_mass.csv` (epoch 0 is the model
+    before training, epoch e after e epochs; one column per layer and their mean) and, on request, a figure. """
+
+    def __init__(self, dataset_eval, loader_kwargs: Dict, output_dir: str, start_epoch: int = 0) -> None:
+        count = min(MASS_IMAGES, len(dataset_eval))
+        fixed = ClassBalancedSubset(dataset_eval, count, seed=0, flag='target-mass batch')
+        loader = create_loader(fixed, batch_size=count, is_training=False, **{**loader_kwargs, 'distributed': False})
+        self.images = next(iter(loader))[0]
+        self.csv_path = os.path.join(output_dir, 'target_mass.csv')
+        self.rows = [r for r in _read_rows(self.csv_path) if r['epoch'] <= start_epoch]  # a resumed run's history
+
+    @staticmethod
+    def applies_to(model: nn.Module) -> bool:
+        return bool((getattr(model, 'struct_init_record', None) or {}).get('offsets'))
+
+    def measure(self, model: nn.Module, epoch: int) -> Dict[str, float]:
+        """ Measure after `epoch` epochs (0: before training), append to the CSV, return the row. """
+        masses = layer_image_mass(model, self.images.to(next(model.parameters()).device))
+        row = {'epoch': epoch, 'mean': sum(masses) / len(masses),
+               **{f'layer{i + 1}': m for i, m in enumerate(masses)}}
+        self.rows = [r for r in self.rows if r['epoch'] < epoch] + [row]
+        tmp = f'{self.csv_path}.tmp'
+        with open(tmp, 'w', newline='') as f:
+            writer = csv.DictWriter(f, fieldnames=list(row))
+            writer.writeheader()
+            writer.writerows(self.rows)
+        os.replace(tmp, self.csv_path)
+        return row
+
+    def plot(self, png_path: str, title: str = '') -> str:
+        return plot_target_mass(self.rows, png_path, title)
+
+
+def _read_rows(path: str) -> List[Dict[str, float]]:
+    if not os.path.exists(path):
+        return []
+    with open(path, newline='') as f:
+        return [{k: (int(v) if k == 'epoch' else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def mass_columns(row: Optional[Dict[str, float]]) -> Dict[str, float]:
+    """ The row as summary-CSV eval columns: target_mass (the layer mean) and target_mass_layerN. """
+    if row is None:
+        return {}
+    return {('target_mass' if k == 'mean' else f'target_mass_{k}'): v for k, v in row.items() if k != 'epoch'}
