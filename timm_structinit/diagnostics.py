@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
+from .atomic import atomic_file
 from .attention import find_attention, read_qk, read_vproj
 from .impulse import impulse_target
 from .impulse_init import impulse_pseudo_input
@@ -233,9 +234,7 @@ def plot_layer(
     the same averaged over real images when given, the map of the centre query as a grid (the filter view), and
     W_q W_k^T; plus W_v W_proj. Written to a temporary file, then renamed. """
     try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
     except ImportError as err:  # an optional dependency
         raise ImportError('figures need matplotlib: pip install "timm-structinit[plots]"') from err
     attn = find_attention(model)[layer]
@@ -249,7 +248,8 @@ def plot_layer(
     qk = qk_products(attn)
     columns = ['pseudo input', f'zoom {zoom}x{zoom}', 'centre query'] + (
         ['real images', 'real zoom'] if real is not None else []) + ['W_q W_k^T']
-    fig, axes = plt.subplots(heads + 1, len(columns), figsize=(2.6 * len(columns), 2.6 * (heads + 1)), squeeze=False)
+    fig = Figure(figsize=(2.6 * len(columns), 2.6 * (heads + 1)))
+    axes = fig.subplots(heads + 1, len(columns), squeeze=False)
     centre = (grid[0] // 2) * grid[1] + grid[1] // 2
     for head in range(heads):
         panels = [maps[head], maps[head, :zoom, :zoom], maps[head, centre].view(*grid)]
@@ -279,10 +279,8 @@ def plot_layer(
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f'.{out.name}.tmp.png')
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    tmp.replace(out)
+    with atomic_file(out) as tmp:
+        fig.savefig(tmp, dpi=90)
     return out
 
 
@@ -304,7 +302,6 @@ def plot_target_mass(rows: Sequence[Dict[str, float]], png_path: str, title: str
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = f'{png_path}.tmp.png'
-    fig.savefig(tmp)
-    Path(tmp).replace(png_path)
+    with atomic_file(png_path) as tmp:
+        fig.savefig(tmp)
     return png_path

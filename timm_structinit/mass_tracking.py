@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 from torch import nn
 from timm.data import create_loader
 
+from .atomic import atomic_file
 from .data import ClassBalancedSubset
 from .diagnostics import layer_image_mass, plot_target_mass
 
@@ -41,12 +42,10 @@ class TargetMassTracker:
         row = {'epoch': epoch, 'mean': sum(masses) / len(masses),
                **{f'layer{i + 1}': m for i, m in enumerate(masses)}}
         self.rows = [r for r in self.rows if r['epoch'] < epoch] + [row]
-        tmp = f'{self.csv_path}.tmp'
-        with open(tmp, 'w', newline='') as f:
+        with atomic_file(self.csv_path) as tmp, open(tmp, 'w', newline='') as f:
             writer = csv.DictWriter(f, fieldnames=list(row))
             writer.writeheader()
             writer.writerows(self.rows)
-        os.replace(tmp, self.csv_path)
         return row
 
     def plot(self, png_path: str, title: str = '') -> str:
