@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from timm_structinit.impulse import draw_offsets, impulse_target
-from timm_structinit.impulse_solvers import SOLVERS
-from timm_structinit.pos_embed import pseudo_input
+from timm_structinit.inits.impulse import draw_offsets, impulse_target
+from timm_structinit.inits.impulse_solvers import SOLVERS
+from timm_structinit.inits.impulse import pseudo_input
 from results_file import write_lines
 
 CASES = {'ViT-T': (192, 3), 'ViT-S': (384, 6)}

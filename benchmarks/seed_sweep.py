@@ -26,8 +26,8 @@ import timm
 import torch
 
 import timm_structinit
-from timm_structinit.attention import find_attention, read_qk, read_vproj
-from timm_structinit.mimetic import MimeticCfg, draw_mimetic_targets
+from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
+from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
 from results_file import write_lines
 
 # (registered model, extra kwargs, init name re-applied, its kwargs)

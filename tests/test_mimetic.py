@@ -6,8 +6,8 @@ import timm
 import torch
 
 import timm_structinit
-from timm_structinit.attention import find_attention, read_qk, read_vproj
-from timm_structinit.mimetic import MimeticCfg, draw_mimetic_targets
+from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
+from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
 
 SMALL = dict(depth=3)
 

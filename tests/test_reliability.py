@@ -5,9 +5,9 @@ import timm
 import torch
 
 import timm_structinit
-from timm_structinit.attention import find_attention, read_qk, read_vproj
-from timm_structinit.linalg import balanced_factors, truncated_factors
-from timm_structinit.mimetic import MimeticCfg, draw_mimetic_targets
+from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
+from timm_structinit.inits.mimetic import balanced_factors, truncated_factors
+from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
 
 # seeds and thread counts that gave factors of ~1e33 (and a product that still looked right) when the factors
 # divided by the square root of a float32 Gram eigenvalue
@@ -134,7 +134,7 @@ def test_unsupported_model_is_refused_and_unchanged(init, name, words):
 @pytest.mark.parametrize('init', timm_structinit.list_inits())
 def test_failure_during_init_leaves_model_unchanged(init, monkeypatch):
     """ Anything that fails after the checks (here: the last attention write) restores what was written. """
-    import timm_structinit.attention as attention
+    import timm_structinit.inits.heads as attention
     model = timm.create_model('vit_tiny_patch2_32', depth=3)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     writes = {'count': 0}
@@ -145,7 +145,7 @@ def test_failure_during_init_leaves_model_unchanged(init, monkeypatch):
         if attn is model.blocks[-1].attn:
             raise RuntimeError('simulated failure')
         real_write_qk(attn, wq, wk)
-    for module in ('timm_structinit.mimetic', 'timm_structinit.impulse_init'):
+    for module in ('timm_structinit.inits.mimetic', 'timm_structinit.inits.impulse'):
         monkeypatch.setattr(f'{module}.write_qk_', failing_write_qk)
     with pytest.raises(RuntimeError, match='simulated'):
         timm_structinit.apply_init(model, init, seed=0)

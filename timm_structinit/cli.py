@@ -174,10 +174,10 @@ def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_show(args: argparse.Namespace) -> int:
-    from .attention import find_attention
+    from .inits.heads import find_attention
     from .diagnostics import format_summary, load_images, plot_layer, summarize
     from .hub import build_model
-    from .struct_init import apply_init, get_init
+    from .inits import apply_init, get_init
     if args.init is not None:
         get_init(args.init)  # an unknown name fails before the model is built
     if args.num_images < 1:

@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from .atomic import atomic_file
-from .attention import find_attention, read_qk, read_vproj
-from .impulse import impulse_target
-from .impulse_init import impulse_pseudo_input
-from .impulse_solvers import attention_maps, map_metrics
+from .inits.heads import find_attention, read_qk, read_vproj
+from .inits.impulse import impulse_target
+from .inits.impulse import impulse_pseudo_input
+from .inits.impulse_solvers import attention_maps, map_metrics
 
 __all__ = [
     'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
@@ -58,8 +58,7 @@ def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
     _grid(model)  # a ValueError for a model without a patch grid
     attn = find_attention(model)[layer]
     wq, wk = read_qk(attn)
-    kind = _init_cfg(model).get('pseudo_input', 'sincos')
-    return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, kind), wq, wk)
+    return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, _init_cfg(model)), wq, wk)
 
 
 def _init_cfg(model: nn.Module) -> Dict[str, Any]:

@@ -1,17 +1,16 @@
-""" Fixed 2D sin-cos position embeddings and the pseudo input the impulse init solves on.
+""" Fixed 2D sin-cos position embeddings, and the position-table scale a model keeps.
 
 Both papers use a fixed (not learned) 2D sin-cos absolute position embedding. The table is timm's own
 `build_sincos2d_pos_embed` (per position: sin(h w_f), sin(w w_f), cos(h w_f), cos(w w_f) over D/4 frequencies),
 so the embedding our models add is the one the structured-init authors' code builds.
 """
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from timm.layers import build_sincos2d_pos_embed
 
-__all__ = ['sincos_pos_embed', 'pseudo_input', 'check_sincos_dim', 'set_pos_embed_scale_']
+__all__ = ['sincos_pos_embed', 'check_sincos_dim', 'set_pos_embed_scale_']
 
 
 def check_sincos_dim(embed_dim: int) -> None:
@@ -39,16 +38,6 @@ def sincos_pos_embed(
     if num_prefix_tokens:
         table = torch.cat([table.new_zeros(num_prefix_tokens, embed_dim), table], dim=0)
     return table.unsqueeze(0)
-
-
-def pseudo_input(grid_size: Tuple[int, int], embed_dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """ LayerNorm (no affine, eps 1e-5) of the grid's sin-cos table: (H * W, D), the 2024 impulse pseudo input.
-
-    This is what a block's pre-attention LayerNorm sees at step 0 for a blank image whose patch embedding is
-    zero, so an attention map solved on it is the map the model starts from on the position signal alone.
-    """
-    table = sincos_pos_embed(grid_size, embed_dim, dtype=torch.float64)[0]
-    return F.layer_norm(table, (embed_dim,), eps=1e-5).to(dtype)
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ from timm.models import VisionTransformer, build_model_with_cfg, generate_defaul
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 from .pos_embed import check_sincos_dim, sincos_pos_embed
-from .struct_init import apply_init, get_init, list_inits, make_init_cfg
+from .inits import apply_init, get_init, list_inits, make_init_cfg
 
 __all__ = ['StructVisionTransformer', 'CIFAR10_MEAN', 'CIFAR10_STD']
 

@@ -23,12 +23,19 @@ import torch
 import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
-from .impulse import dense_target
 
 __all__ = [
-    'attention_logits', 'attention_maps', 'impulse_objective', 'map_metrics', 'solve_adam', 'solve_fast', 'solve_svd',
+    'dense_target', 'attention_logits', 'attention_maps', 'impulse_objective', 'map_metrics', 'solve_adam', 'solve_fast', 'solve_svd',
     'SOLVERS',
 ]
+
+
+def dense_target(target: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """ (..., N) index targets -> (..., N, N) 0/1 maps with all-zero rows where the index is -1. """
+    n = target.shape[-1]
+    dense = torch.zeros(*target.shape, n + 1, dtype=dtype)
+    dense.scatter_(-1, torch.where(target < 0, n, target).unsqueeze(-1), 1.0)
+    return dense[..., :n]
 
 
 def attention_logits(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor) -> torch.Tensor:

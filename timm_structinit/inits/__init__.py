@@ -1,4 +1,8 @@
-""" The registry of structured attention inits and `apply_init`, the one entry point every model uses.
+""" Structured attention inits: the registry and `apply_init`, the one entry point every model uses.
+
+Layout: `heads` reads and writes per-head W_q, W_k, W_v, W_proj in timm's fused qkv; `mimetic` and `impulse`
+are the inits (pure functions over those weights plus one dataclass of hyperparameters each); `impulse_solvers`
+solves impulse Q/K; `threads` keeps the math independent of the thread count.
 
 An init is a name, a frozen dataclass of hyperparameters (each field's metadata gives its valid range or choices),
 and a function `apply(model, attns, cfg, generator) -> record` that writes weights in place. Presets are the same
@@ -14,10 +18,10 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 from torch import nn
 
-from .attention import find_attention
-from .linalg import one_thread
-from .impulse_init import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
+from .heads import find_attention
+from .impulse import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
 from .mimetic import MimeticCfg, mimetic_init_
+from .threads import one_thread
 
 __all__ = ['StructInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init', 'model_geometry']
 
