@@ -233,9 +233,7 @@ def _content_basis(model: nn.Module) -> torch.Tensor:
     """ (D, c) orthonormal basis of every direction a patch's content can give a token before LayerNorm: the patch
     embedding's weight range and bias, and the all-ones direction LayerNorm subtracts. """
     proj = model.patch_embed.proj
-    weight = proj.weight.detach().double().flatten(1)
-    if weight.shape[0] != proj.weight.shape[0] or weight.shape[1] == 0:
-        raise ValueError(f"content='orthogonal' needs a linear patch embedding; got {type(proj).__name__}")
+    weight = proj.weight.detach().double().flatten(1)  # (D, C * p * p): a conv patch embedding is linear per patch
     columns = [weight, torch.ones(weight.shape[0], 1, dtype=torch.float64)]
     if getattr(proj, 'bias', None) is not None:
         columns.append(proj.bias.detach().double()[:, None])
