@@ -2,7 +2,10 @@
 
 Importing this package registers its models with timm, so `timm.create_model('vit_tiny_patch2_32_mimetic')` works.
 """
+from .pillow_compat import make_posterize_zero_bits_safe
 from .inits import apply_init, list_inits, make_init_cfg, register_init
 from .vision_transformer import CIFAR10_MEAN, CIFAR10_STD, StructVisionTransformer
 
 __version__ = '0.1.0'
+
+make_posterize_zero_bits_safe()  # timm's RandAugment on Pillow >= 13, see pillow_compat

@@ -11,7 +11,6 @@
 * `CheckedImageDataset`: timm's ImageDataset, except that an unreadable image stops the run naming its file
   (timm logs a warning and silently serves the next image instead).
 * `ClassBalancedSubset`: a deterministic, class-balanced subset for CPU-scale runs.
-* `make_posterize_zero_bits_safe`: keeps timm's RandAugment working with Pillow >= 13 (see there).
 
 Every failure to find data raises `DataError` with the flag and path that would fix it; an image that cannot be
 decoded during training raises `ImageReadError` with its path.
@@ -21,12 +20,12 @@ import urllib.error
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 from timm.data import ImageDataset
 from torch.utils.data import Dataset
 
 __all__ = [
-    'DataError', 'ImageReadError', 'make_posterize_zero_bits_safe', 'DigitsDataset', 'CheckedImageDataset',
+    'DataError', 'ImageReadError', 'DigitsDataset', 'CheckedImageDataset',
     'ClassBalancedSubset', 'build_dataset', 'folder_dataset', 'dataset_targets', 'dataset_classes',
     'resolve_split_folder', 'check_dataset_name', 'TORCH_DATASETS', 'TRAIN_SPLITS', 'EVAL_SPLITS',
 ]
@@ -323,37 +322,3 @@ def build_dataset(
         raise
     except (RuntimeError, OSError, urllib.error.URLError) as e:
         raise _missing_copy_error(short, root, download, e) from e
-
-
-_timm_posterize = None
-
-
-def _posterize_zero_bits_safe(img: Image.Image, bits_to_keep: int, **kwargs) -> Image.Image:
-    """ timm's posterize op, except that keeping 0 bits gives the black image older Pillow returned. """
-    if bits_to_keep < 1:
-        return Image.new(img.mode, img.size)
-    return _timm_posterize(img, bits_to_keep, **kwargs)
-
-
-def make_posterize_zero_bits_safe() -> bool:
-    """ Let timm's RandAugment keep 0 bits in posterize again; returns True when the fix was needed.
-
-    timm's 'PosterizeIncreasing' (in every `-inc1` policy, e.g. 'rand-m9-mstd0.5-inc1') asks for 0 bits at full
-    magnitude, and 'Posterize' at low magnitude. Pillow before 13 returned a black image for that; Pillow 13 raises
-    ValueError, which stops training at a random batch (about 2% of PosterizeIncreasing draws at m9, mstd 0.5).
-    Only timm's op table is changed, and only when the installed Pillow rejects 0 bits.
-    """
-    global _timm_posterize
-    from timm.data import auto_augment
-    if _timm_posterize is not None:
-        return True
-    try:
-        ImageOps.posterize(Image.new('RGB', (1, 1)), 0)
-        return False  # this Pillow accepts 0 bits
-    except ValueError:
-        pass
-    _timm_posterize = auto_augment.posterize
-    for name, op in list(auto_augment.NAME_TO_OP.items()):
-        if op is _timm_posterize:
-            auto_augment.NAME_TO_OP[name] = _posterize_zero_bits_safe
-    return True

@@ -52,7 +52,7 @@ from timm.utils import (
 from .cli import OneLineArgumentParser, error_line
 from .data import (
     ClassBalancedSubset, DataError, ImageReadError, build_dataset, check_dataset_name, dataset_classes,
-    dataset_targets, make_posterize_zero_bits_safe,
+    dataset_targets,
 )
 from .hub import _kwargs_cli, state_dict_mismatch
 from .mass_tracking import TargetMassTracker, mass_columns
@@ -985,7 +985,6 @@ def _train(args: argparse.Namespace, device: torch.device, primary: bool) -> Dic
             model, device_ids=[device.index] if device.type == 'cuda' else None)
 
     # loaders: timm's transforms and loader; mixup in the collate when batches are prefetched
-    make_posterize_zero_bits_safe()
     prefetcher = not args.no_prefetcher
     collate_fn = mixup_fn = None
     mixup_active = args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
@@ -1170,7 +1169,6 @@ def run_timm_train_script(path: str, argv: Sequence[str]) -> int:
             f"(https://github.com/huggingface/pytorch-image-models), not in the installed package; download the "
             f"one matching timm {timm.__version__}")
     path = os.path.abspath(path)
-    make_posterize_zero_bits_safe()
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(path))  # as `python train.py` would, for its sibling imports
