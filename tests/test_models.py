@@ -87,25 +87,36 @@ def test_dynamic_img_size_uses_exact_table():
         torch.testing.assert_close(model.forward_features(x), fixed.forward_features(x))
 
 
+# what each override must change in the built model
+OVERRIDE_READERS = {
+    'num_heads': lambda m: m.blocks[0].attn.num_heads,
+    'num_classes': lambda m: m.head.out_features,
+    'depth': lambda m: len(m.blocks),
+    'img_size': lambda m: m.patch_embed.img_size[0],
+    'drop_path_rate': lambda m: m.blocks[-1].drop_path1.drop_prob,
+    'global_pool': lambda m: m.global_pool,
+    'qkv_bias': lambda m: m.blocks[0].attn.qkv.bias is not None,
+}
+
+
 @pytest.mark.parametrize('overrides', [
     dict(num_heads=8), dict(num_classes=100), dict(depth=3), dict(img_size=48), dict(drop_path_rate=0.1),
     dict(global_pool='avg'), dict(qkv_bias=False),
 ])
 def test_overrides(overrides):
+    """ A timm kwarg reaches the model, and the init is solved for the geometry it produces. """
     model = timm.create_model('vit_tiny_patch2_32_mimetic', **{**SMALL, **overrides})
-    for key, value in overrides.items():
-        if key == 'num_heads':
-            assert model.blocks[0].attn.num_heads == value
-        elif key == 'img_size':
-            assert model.patch_embed.img_size == (value, value)
-        elif key == 'depth':
-            assert len(model.blocks) == value
-        elif key == 'qkv_bias':
-            assert model.blocks[0].attn.qkv.bias is None
-        elif key == 'global_pool':
-            assert model.global_pool == value
-        elif key == 'num_classes':
-            assert model.num_classes == value
+    (key, value), = overrides.items()
+    assert OVERRIDE_READERS[key](model) == (pytest.approx(value) if isinstance(value, float) else value)
+    record = model.struct_init_record
+    assert (record['num_layers'], record['num_heads']) == (len(model.blocks), model.blocks[0].attn.num_heads)
+    dim, heads = model.embed_dim, model.blocks[0].attn.num_heads
+    for block in model.blocks:  # every head's W_q W_k^T leans on +identity, whatever the geometry
+        w_q, w_k = block.attn.qkv.weight[:dim], block.attn.qkv.weight[dim:2 * dim]
+        for h in range(heads):
+            rows = slice(h * dim // heads, (h + 1) * dim // heads)
+            product = w_q[rows].T @ w_k[rows]
+            assert product.diagonal().mean() > 20 * product.abs().mean() / dim ** 0.5  # ~75 mimetic, |.| < 4 timm
     size = model.patch_embed.img_size
     model(torch.randn(1, 3, *size)).sum().backward()
 
@@ -128,3 +139,20 @@ def test_bad_model_args(kwargs, words):
         timm.create_model('vit_tiny_patch2_32', **kwargs)
     for word in words:
         assert word in str(err.value)
+
+
+@pytest.mark.parametrize('name', ['vit_tiny_patch2_32', 'vit_tiny_patch2_32_sincos', 'vit_tiny_patch2_32_gap_sincos',
+                                  'vit_tiny_patch2_32_impulse3', 'vit_tiny_patch2_32_mimetic'])
+def test_torchscript(name, tmp_path):
+    """ Scripted models give the eager outputs, and survive `torch.jit.save` / `load` (fixed size); a sin-cos model
+    with dynamic_img_size builds its exact table for a new size inside the scripted forward. """
+    x = torch.randn(2, 3, 32, 32)
+    model = timm.create_model(name, depth=1).eval()
+    scripted = torch.jit.script(model)
+    torch.jit.save(scripted, str(tmp_path / 'model.pt'))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.jit.load(str(tmp_path / 'model.pt'))(x), model(x), rtol=0, atol=1e-6)
+    dynamic = timm.create_model(name, depth=1, dynamic_img_size=True).eval()
+    x = torch.randn(2, 3, 40, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.jit.script(dynamic)(x), dynamic(x), rtol=0, atol=1e-6)

@@ -17,17 +17,16 @@ Registered variants reproduce the setups of
   Transformers", https://arxiv.org/abs/2404.01139 (average pooling, sin-cos), and "Structured Initialization for
   Vision Transformers", NeurIPS 2025, https://arxiv.org/abs/2505.19985.
 """
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.layers import to_2tuple
 from timm.models import VisionTransformer, build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 from .pos_embed import check_sincos_dim, sincos_pos_embed
-from .inits import apply_init, get_init, list_inits, make_init_cfg
+from .inits import apply_init_cfg, list_inits, make_init_cfg
 
 __all__ = ['StructVisionTransformer', 'CIFAR10_MEAN', 'CIFAR10_STD']
 
@@ -42,7 +41,7 @@ class StructVisionTransformer(VisionTransformer):
     Accepts every `VisionTransformer` argument. Additional / extended arguments:
         pos_embed: 'learn' (timm), 'none', or 'sincos' (fixed 2D sin-cos, prefix tokens get a zero row).
         struct_init: name of a structured init (`timm_structinit.list_inits()`), or None for timm's init alone.
-        struct_init_kwargs: hyperparameters of that init (validated before the model is built).
+        struct_init_kwargs: hyperparameters of that init (validated before the model is built, once).
         struct_init_seed: seed of the init's own generator; None draws one from torch's global generator,
             so `torch.manual_seed` before `create_model` fixes every weight. The seed used is in
             `model.struct_init_record`.
@@ -81,25 +80,16 @@ class StructVisionTransformer(VisionTransformer):
                 f'struct_init_kwargs={struct_init_kwargs} given without struct_init, so nothing would use them; add '
                 f'struct_init=NAME (one of {", ".join(list_inits())}) or use a registered init model such as '
                 f'vit_tiny_patch2_32_mimetic')
-        if struct_init is not None:
-            cfg = make_init_cfg(struct_init, **self.struct_init_kwargs)
-            check = get_init(struct_init).check_model
-            if check is not None:
-                check(cfg, self._geometry_from_args(embed_dim, num_heads, pos_embed, kwargs))
+        # hyperparameters checked once, here, before timm allocates anything; the model's shape is checked when
+        # the init is applied (init_weights), from the built model
+        self.struct_init_cfg = None if struct_init is None else make_init_cfg(struct_init, **self.struct_init_kwargs)
         super().__init__(*args, pos_embed='learn' if self.sincos_pos_embed else pos_embed, **kwargs)
         if self.sincos_pos_embed:
             self.pos_embed.requires_grad_(False)
             self._reset_sincos()  # also when weight_init='skip' left it uninitialized
 
-    @staticmethod
-    def _geometry_from_args(embed_dim: int, num_heads: int, pos_embed: str, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        img_size, patch_size = to_2tuple(kwargs.get('img_size', 224)), to_2tuple(kwargs.get('patch_size', 16))
-        grid = (img_size[0] // patch_size[0], img_size[1] // patch_size[1])
-        prefix = int(kwargs.get('class_token', True)) + kwargs.get('reg_tokens', 0)
-        return dict(grid_size=grid, embed_dim=embed_dim, num_heads=num_heads, num_prefix_tokens=prefix,
-                    has_pos_embed=pos_embed in ('learn', 'sincos'))
-
-    def _sincos_table(self, grid_size: Tuple[int, int]) -> torch.Tensor:
+    @torch.jit.ignore  # timm's table builder is not scriptable; a scripted dynamic-size model calls it in Python
+    def _sincos_table(self, grid_size: List[int]) -> torch.Tensor:
         prefix = 0 if self.no_embed_class else self.num_prefix_tokens
         table = sincos_pos_embed(
             grid_size, self.embed_dim, num_prefix_tokens=prefix,
@@ -108,7 +98,7 @@ class StructVisionTransformer(VisionTransformer):
 
     @torch.no_grad()
     def _reset_sincos(self) -> None:
-        self.pos_embed.copy_(self._sincos_table(self.patch_embed.grid_size))
+        self.pos_embed.copy_(self._sincos_table(list(self.patch_embed.grid_size)))
 
     def init_weights(self, mode: str = '', needs_reset: bool = True) -> None:
         super().init_weights(mode, needs_reset=needs_reset)
@@ -116,19 +106,27 @@ class StructVisionTransformer(VisionTransformer):
         if self.sincos_pos_embed:
             self._reset_sincos()
         if self.struct_init is not None:
-            apply_init(self, self.struct_init, seed=self.struct_init_seed, **self.struct_init_kwargs)
+            apply_init_cfg(self, self.struct_init, self.struct_init_cfg, seed=self.struct_init_seed)
 
     def set_input_size(self, img_size=None, patch_size=None) -> None:
         super().set_input_size(img_size=img_size, patch_size=patch_size)
         if self.sincos_pos_embed:
             # timm resampled the table by interpolation; a fixed embedding is rebuilt exactly for the new grid
-            self.pos_embed = nn.Parameter(self._sincos_table(self.patch_embed.grid_size), requires_grad=False)
+            self.pos_embed = nn.Parameter(self._sincos_table(list(self.patch_embed.grid_size)), requires_grad=False)
+
+
+class DynamicSincosVisionTransformer(StructVisionTransformer):
+    """ A fixed sin-cos model with `dynamic_img_size=True`: each input size gets its exact sin-cos table.
+
+    timm's `_pos_embed` interpolates the stored table for another grid, which for a fixed embedding is an
+    approximation of the table it stands for. Kept out of `StructVisionTransformer` so that the common case
+    keeps timm's own `_pos_embed`: TorchScript cannot compile a `super()` call, and models stay scriptable.
+    """
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.sincos_pos_embed and self.dynamic_img_size):
-            return super()._pos_embed(x)
         B, H, W, C = x.shape
-        pos_embed = self.pos_embed if (H, W) == tuple(self.patch_embed.grid_size) else self._sincos_table((H, W))
+        grid_size = self.patch_embed.grid_size
+        pos_embed = self.pos_embed if (H == grid_size[0] and W == grid_size[1]) else self._sincos_table([H, W])
         x = x.view(B, -1, C)
         prefix = []
         if self.cls_token is not None:
@@ -153,8 +151,9 @@ def _merge_args(model_args: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str,
 
 def _create(variant: str, pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     out_indices = kwargs.pop('out_indices', 3)
+    dynamic_sincos = kwargs.get('dynamic_img_size', False) and kwargs.get('pos_embed', 'learn') == 'sincos'
     return build_model_with_cfg(
-        StructVisionTransformer,
+        DynamicSincosVisionTransformer if dynamic_sincos else StructVisionTransformer,
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,

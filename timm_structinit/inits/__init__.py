@@ -23,7 +23,8 @@ from .impulse import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
 from .mimetic import MimeticCfg, mimetic_init_
 from .threads import one_thread
 
-__all__ = ['StructInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init', 'model_geometry']
+__all__ = ['StructInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init', 'apply_init_cfg',
+           'model_geometry']
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,17 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, **kwargs
     from torch's global generator (so `torch.manual_seed` governs it) and recorded. The record is also stored as
     `model.struct_init_record`.
     """
+    return apply_init_cfg(model, name, make_init_cfg(name, **kwargs), seed=seed)
+
+
+def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None) -> Dict[str, Any]:
+    """ `apply_init` with hyperparameters already validated by `make_init_cfg` (a model checks them once, when it
+    is built, and applies them at every `init_weights`). The model's shape is checked here, read by
+    `model_geometry`. """
     init = get_init(name)
-    cfg = make_init_cfg(name, **kwargs)
+    if not isinstance(cfg, init.cfg_cls):
+        raise TypeError(f'cfg of struct_init {name!r} must be a {init.cfg_cls.__name__} from make_init_cfg, '
+                        f'got {type(cfg).__name__}')
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
         raise ValueError(f'seed={seed!r} must be a non-negative integer or None')
     attns = find_attention(model)
