@@ -79,6 +79,8 @@ def _state_dict_mismatch(own: Mapping[str, torch.Tensor], loaded: Mapping[str, A
 def _kwargs_item(key: str, value: Any) -> str:
     """ A --model-kwargs item that parses back to `value`: a string that reads as no literal stays a plain word. """
     text = repr(value)
+    if "'" in text and '"' not in text and '\\' not in text:
+        text = text.replace("'", '"')  # the same literal, and the shell's single quotes need no escapes
     if isinstance(value, str):
         try:
             ast.literal_eval(value)

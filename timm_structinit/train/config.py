@@ -238,8 +238,11 @@ def _config_value(parser: argparse.ArgumentParser, action: argparse.Action, key:
         tokens = [option, *map(text, value)] if many else [f'{option}={text(value)}']
         try:
             value = getattr(parser.parse_args(tokens, argparse.Namespace()), action.dest)
-        except argparse.ArgumentError as e:
-            raise bad(e.message) from None
+        except argparse.ArgumentError:  # the wrong count, a choice not offered or a value of another type
+            if isinstance(action.nargs, int) and len(value) != action.nargs:
+                raise bad(f'expected a list of {action.nargs} values') from None
+            raise bad(f'expected one of {list(action.choices)}' if action.choices
+                      else f'expected {"an integer" if action.type is int else "a number"}') from None
     return value
 
 
@@ -372,9 +375,10 @@ def _check_data(args: argparse.Namespace) -> None:
     _check(kind == 'digits' or bool(args.data_dir),
            f'--dataset {args.dataset!r} needs --data-dir (e.g. --data-dir ../shared/data/cifar10 for the '
            f'ImageFolder copy of CIFAR-10)')
+    chans = in_chans(args)
     if kind == 'torch' and args.dataset.split('/')[-1].lower() in GRAYSCALE_TORCH_DATASETS:
-        _check(in_chans(args) == 1, f'--dataset {args.dataset!r} has 1-channel images but the model would take '
-                                    f'{in_chans(args)}; pass --in-chans 1')
+        _check(chans == 1, f'--dataset {args.dataset!r} has 1-channel images but the model would take {chans}; '
+                           f'pass --in-chans 1')
     _check(args.cutmix_minmax is None or len(args.cutmix_minmax) == 2,
            f'--cutmix-minmax {args.cutmix_minmax} needs 2 values')
     _check(not mixup_active(args) or args.batch_size % 2 == 0,

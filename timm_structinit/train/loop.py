@@ -46,7 +46,7 @@ def train_one_epoch(
         epoch: int, model: nn.Module, loader, optimizer: torch.optim.Optimizer, loss_fn: Callable,
         args: argparse.Namespace, device: torch.device, lr_scheduler=None, amp_autocast: Callable = nullcontext,
         loss_scaler: Optional[NativeScaler] = None, model_ema: Optional[ModelEmaV3] = None,
-        mixup_fn: Optional[Mixup] = None, num_updates: int = 0, show_progress: bool = False, log: bool = True,
+        mixup_fn: Optional[Mixup] = None, num_updates: int = 0, show_progress: bool = False,
 ) -> Tuple[OrderedDict, int]:
     """ One pass over the training loader; returns ({'loss', 'img_per_sec'}, updated num_updates). """
     from tqdm import tqdm
@@ -85,7 +85,7 @@ def train_one_epoch(
             # syncing only here keeps GPUs busy between log points
             rate = inputs.size(0) * getattr(args, 'world_size', 1) / max(batch_time.avg, 1e-9)
             _log_step(loss.item(), epoch, batch_idx, num_batches, optimizer, recent_loss, inputs.size(0), rate,
-                      bar if show_progress else None, log)
+                      bar if show_progress else None)
         bar.update(1)
         if lr_scheduler is not None:
             lr_scheduler.step_update(num_updates=num_updates, metric=recent_loss.avg)
@@ -100,7 +100,7 @@ def train_one_epoch(
 
 
 def _log_step(loss: float, epoch: int, batch_idx: int, num_batches: int, optimizer: torch.optim.Optimizer,
-              recent_loss: AverageMeter, batch_size: int, rate: float, bar, log: bool) -> None:
+              recent_loss: AverageMeter, batch_size: int, rate: float, bar) -> None:
     """ Stop on a non-finite loss, else show the loss on the progress bar or in a log line. """
     if not math.isfinite(loss):
         raise FloatingPointError(f'training loss is {loss} in epoch {epoch + 1}, batch {batch_idx + 1}; lower --lr '
@@ -108,7 +108,7 @@ def _log_step(loss: float, epoch: int, batch_idx: int, num_batches: int, optimiz
     recent_loss.update(loss, batch_size)
     if bar is not None:
         bar.set_postfix(loss=f'{loss:.4f}', lr=f'{mean_lr(optimizer):.2e}', img_s=f'{rate:.0f}')
-    elif log:
+    else:
         done = batch_idx + 1
         _logger.info(f'Train: epoch {epoch + 1} [{done:>4d}/{num_batches} ({100. * done / num_batches:>3.0f}%)]'
                      f'  loss {loss:.4f} ({recent_loss.avg:.4f})  lr {mean_lr(optimizer):.3e}  {rate:.1f} img/s')

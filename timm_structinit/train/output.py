@@ -10,8 +10,8 @@ from ..atomic import atomic_file
 from .config import ConfigError, resume_path
 
 # files this entry point writes into an output directory; --overwrite removes exactly these
-OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',
-                'model_best.pth.tar', 'tmp.pth.tar')
+_OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',
+                 'model_best.pth.tar', 'tmp.pth.tar')
 
 
 def output_dir(args: argparse.Namespace) -> Tuple[str, bool]:
@@ -58,7 +58,7 @@ def first_missing(path: str) -> Optional[str]:
 def _run_files(path: str) -> List[str]:
     """ The files of `path` this entry point writes. """
     return [os.path.join(path, name) for name in os.listdir(path)
-            if name in OUTPUT_FILES or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))]
+            if name in _OUTPUT_FILES or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))]
 
 
 def prepare_output_dir(path: str, continuing: bool, overwrite: bool) -> None:
