@@ -91,6 +91,8 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def _train(args: argparse.Namespace, device: torch.device) -> Dict[str, Any]:
+    """ The steps of a run: refuse what would fail, then data, model, optimizer, loaders, schedule, output folder,
+    epochs and the final report. """
     primary = args.rank == 0
     if args.distributed:
         _logger.info(f'Distributed training: {args.world_size} processes, backend '
