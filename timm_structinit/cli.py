@@ -15,11 +15,12 @@ when the input is wrong (a usage error, an invalid argument, an unreadable check
 that is not empty or not writable) and 1 when the work itself failed (a full disk, a Hub or network error).
 """
 import argparse
-import ast
 import logging
 import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
+
+import timm.utils
 
 __all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'OneLineArgumentParser',
            'error_line', 'exit_status']
@@ -68,23 +69,20 @@ def exit_status(error: BaseException) -> int:
     return 2 if isinstance(error, usage) else 1
 
 
-class ParseKwargs(argparse.Action):
-    """ `k=v ...` into a dict, each value through ast.literal_eval, as timm's train.py parses --model-kwargs.
-
-    A value that is not a Python literal stays a string, so `pos_embed=sincos` needs no quotes.
-    """
+class ParseKwargs(timm.utils.ParseKwargs):
+    """ timm's `k=v ...` parser (values through ast.literal_eval, a non-literal stays a string, so `pos_embed=sincos`
+    needs no quotes), with two additions users would otherwise hit: an item that is not `key=value` is a one-line
+    usage error instead of a ValueError traceback, and the items are merged over the value already there (a config
+    file's `model_kwargs`) instead of replacing it. """
 
     def __call__(self, parser, namespace, values, option_string=None):
-        kwargs = {}
         for item in values:
-            key, sep, text = item.partition('=')
+            key, sep, _ = item.partition('=')
             if not sep or not key.isidentifier():
-                parser.error(f'{option_string} expects KEY=VALUE items (e.g. embed_dim=32), got {item!r}')
-            try:
-                kwargs[key] = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                kwargs[key] = text
-        setattr(namespace, self.dest, kwargs)
+                parser.error(f'{option_string} expects key=value pairs, got {item!r} (e.g. embed_dim=32)')
+        merged = dict(getattr(namespace, self.dest, None) or {})
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, self.dest, {**merged, **getattr(namespace, self.dest)})
 
 
 def _add_build_arguments(parser: argparse.ArgumentParser) -> None:

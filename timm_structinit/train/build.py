@@ -1,0 +1,241 @@
+""" What a run is made of, from checked arguments: datasets, model (with the weights it starts from), data config,
+optimizer, loaders and loss, each from timm's factories. """
+import argparse
+import ast
+import logging
+import math
+import shlex
+from contextlib import nullcontext
+from functools import partial
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from timm.data import FastCollateMixup, Mixup, create_loader, resolve_data_config
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.models import clean_state_dict, create_model, load_checkpoint, load_state_dict
+from timm.optim import create_optimizer_v2, optimizer_kwargs
+from timm.utils import NativeScaler, load_checkpoint_metadata, unwrap_model
+
+from ..cli import error_line
+from ..data import ClassBalancedSubset, DataError, build_dataset, dataset_classes, dataset_targets
+from .config import ConfigError, in_chans, mixup_active, resume_path
+
+_logger = logging.getLogger('train')
+
+
+def build_datasets(args: argparse.Namespace):
+    """ The training and evaluation datasets, refusing splits that overlap or disagree on the classes. """
+    def build(split: str, flag: str):
+        return build_dataset(args.dataset, args.data_dir, split, flag, download=args.dataset_download)
+
+    dataset_train = build(args.train_split, '--train-split')
+    dataset_eval = build(args.val_split, '--val-split')
+    train_root = getattr(getattr(dataset_train, 'reader', None), 'root', None)
+    if train_root is not None and train_root == getattr(getattr(dataset_eval, 'reader', None), 'root', None):
+        raise ConfigError(f'--train-split {args.train_split!r} and --val-split {args.val_split!r} are the same '
+                          f'folder ({train_root}); evaluating on training images is refused')
+    train_classes, eval_classes = dataset_classes(dataset_train), dataset_classes(dataset_eval)
+    if train_classes is not None and eval_classes is not None and train_classes != eval_classes:
+        missing = sorted(set(train_classes) ^ set(eval_classes))
+        raise DataError(f'training and evaluation splits have different classes (differing: {missing[:10]}); '
+                        f'labels would not line up')
+    if args.train_subset:
+        dataset_train = ClassBalancedSubset(dataset_train, args.train_subset, args.subset_seed, '--train-subset')
+    if args.val_subset:
+        dataset_eval = ClassBalancedSubset(dataset_eval, args.val_subset, args.subset_seed, '--val-subset')
+    classes = dataset_classes(dataset_train)
+    num_classes = len(classes) if classes else int(max(dataset_targets(dataset_train), default=-1)) + 1
+    if args.num_classes is None:
+        args.num_classes = args.model_kwargs.get('num_classes', num_classes)
+    if args.num_classes < num_classes:
+        raise ConfigError(f'num_classes {args.num_classes} (--num-classes or model_kwargs) is too small: the '
+                          f'training labels go up to {num_classes - 1}')
+    return dataset_train, dataset_eval
+
+
+def read_checkpoint(path: str, flag: str) -> Any:
+    """ A checkpoint's content, tensors memory-mapped (cheap); an unreadable file is the flag's error. """
+    try:
+        return load_checkpoint_metadata(path)
+    except Exception as e:  # truncated or foreign file: say so instead of a traceback
+        raise ConfigError(f'{flag} {path!r} is not a readable checkpoint ({type(e).__name__}: {e})') from None
+
+
+def _state_dict_mismatch(own: Mapping[str, torch.Tensor], loaded: Mapping[str, Any]) -> str:
+    """ '' when `loaded` fits a model whose state dict is `own`, else one line naming the keys that differ. """
+    shapes = {k: tuple(getattr(v, 'shape', ())) for k, v in loaded.items()}
+    missing, unexpected = sorted(set(own) - set(shapes)), sorted(set(shapes) - set(own))
+    reshaped = sorted(k for k in set(own) & set(shapes) if tuple(own[k].shape) != shapes[k])
+    parts = [f'{len(keys)} {what}, e.g. {", ".join(keys[:3])}'
+             for keys, what in ((missing, 'missing'), (unexpected, 'unexpected')) if keys]
+    if reshaped:
+        k = reshaped[0]
+        parts.append(f'{len(reshaped)} of another shape, e.g. {k}: checkpoint {shapes[k]} vs model '
+                     f'{tuple(own[k].shape)}')
+    return '; '.join(parts)
+
+
+def _kwargs_item(key: str, value: Any) -> str:
+    """ A --model-kwargs item that parses back to `value`: a string that reads as no literal stays a plain word. """
+    text = repr(value)
+    if "'" in text and '"' not in text and '\\' not in text:
+        text = text.replace("'", '"')  # the same literal, and the shell's single quotes need no escapes
+    if isinstance(value, str):
+        try:
+            ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            text = value
+    return shlex.quote(f'{key}={text}')
+
+
+def _check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag: str, path: str,
+                           args: argparse.Namespace, meta: Any = None) -> None:
+    """ Refuse a checkpoint whose weights do not fit `model`, saying which model it is for and which keys differ. """
+    mismatch = _state_dict_mismatch(model.state_dict(), state_dict)
+    if not mismatch:
+        return
+    try:  # a timm training checkpoint records the model and its arguments
+        meta = load_checkpoint_metadata(path) if meta is None else meta
+    except Exception:
+        pass
+    arch = meta.get('arch') if isinstance(meta, dict) else None
+    saved_kwargs = getattr(meta.get('args'), 'model_kwargs', None) if isinstance(meta, dict) else None
+    ours = f'--model {args.model}' + (f' with model_kwargs {args.model_kwargs}' if args.model_kwargs else '')
+    theirs = f'{arch} weights' if arch else 'weights of another model'
+    fix = [f'--model {arch}'] if arch and arch != args.model else []
+    if isinstance(saved_kwargs, dict):
+        theirs += f' trained with model_kwargs {saved_kwargs}'
+        if saved_kwargs != args.model_kwargs:
+            items = ' '.join(_kwargs_item(k, v) for k, v in saved_kwargs.items())
+            fix.append(f'--model-kwargs {items}' if items else 'no --model-kwargs')
+    hint = f'pass {" ".join(fix)}' if fix else 'build the model it was saved from'
+    raise ConfigError(f'{flag} {path!r} does not fit {ours}: it holds {theirs} (keys: {mismatch}); {hint}')
+
+
+def build_model(args: argparse.Namespace) -> nn.Module:
+    """ The model as the options and model_kwargs say, with the weights of --initial-checkpoint; a --resume
+    checkpoint that would not fit it is refused here, before any data is loaded into it. """
+    # check_args refused options that contradict model_kwargs; model_kwargs fill in the options left unset
+    factory_kwargs = {**dict(
+        in_chans=in_chans(args), num_classes=args.num_classes, drop_rate=args.drop, drop_path_rate=args.drop_path,
+        drop_block_rate=args.drop_block, global_pool=args.gp), **args.model_kwargs}
+    try:
+        model = create_model(args.model, pretrained=args.pretrained, **factory_kwargs)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: '
+                          f'{error_line(e)}') from None
+    path = args.initial_checkpoint
+    if path and path.lower().endswith(('.npz', '.npy')):
+        load_checkpoint(model, path)  # JAX weights: the model's own loader, as timm does
+    elif path:
+        try:  # timm's choice of weights: the EMA ones when the checkpoint has them
+            state_dict = load_state_dict(path, use_ema=True)
+        except Exception as e:  # truncated or foreign file
+            raise ConfigError(f'--initial-checkpoint {path!r} is not a readable checkpoint '
+                              f'({type(e).__name__}: {error_line(e)})') from None
+        _check_checkpoint_fits(model, state_dict, '--initial-checkpoint', path, args)
+        model.load_state_dict(state_dict)
+    if args.resume:
+        meta = read_checkpoint(resume_path(args.resume), '--resume')
+        state_dict = meta.get('state_dict') if isinstance(meta, dict) else None
+        state_dict = clean_state_dict(state_dict) if isinstance(state_dict, dict) else meta
+        if not isinstance(state_dict, dict):
+            raise ConfigError(f'--resume {args.resume!r} holds a {type(meta).__name__}, not a checkpoint')
+        _check_checkpoint_fits(model, state_dict, '--resume', args.resume, args, meta)
+    return model
+
+
+def _fixed_img_size(model: nn.Module) -> Optional[Tuple[int, int]]:
+    """ The (H, W) a patch-embedding model requires, or None when it takes any size. """
+    patch_embed = getattr(unwrap_model(model), 'patch_embed', None)
+    size = getattr(patch_embed, 'img_size', None)
+    if size is None or getattr(patch_embed, 'dynamic_img_size', False) \
+            or not getattr(patch_embed, 'strict_img_size', True):
+        return None
+    return tuple(size)
+
+
+def data_config(args: argparse.Namespace, model: nn.Module, datasets: Sequence) -> Dict[str, Any]:
+    """ timm's data config for `model` under the options; the datasets are told the input size it takes. """
+    chans = in_chans(args)
+    data_args = dict(vars(args), in_chans=chans)
+    for name in ('mean', 'std'):  # equal values stand for any number of channels
+        if data_args[name] is not None and len(set(data_args[name])) == 1:
+            data_args[name] = data_args[name][:1]
+    model_size = _fixed_img_size(model)
+    if args.img_size is None and args.input_size is None and model_size is not None:
+        # a model built with model_kwargs img_size=... keeps its registered pretrained_cfg size; follow the model
+        data_args['input_size'] = (chans, *model_size)
+    config = resolve_data_config(data_args, model=model)
+    input_size = config['input_size']
+    if model_size is not None and model_size != tuple(input_size[1:]):
+        raise ConfigError(
+            f'the data input size {input_size[1]}x{input_size[2]} (from --img-size/--input-size or the model\'s '
+            f'pretrained config) does not match the model\'s img_size {model_size[0]}x{model_size[1]}; pass '
+            f'--img-size {model_size[0]}, or set model_kwargs img_size={input_size[1]}')
+    for dataset in datasets:  # images of the model's size and channels (gray 'L' images for 1 channel)
+        base = dataset.dataset if isinstance(dataset, ClassBalancedSubset) else dataset
+        if hasattr(base, 'set_img_size'):
+            base.set_img_size(input_size[-1])
+        if getattr(base, 'input_img_mode', None) in ('RGB', 'L'):
+            base.input_img_mode = 'L' if input_size[0] == 1 else 'RGB'
+    return config
+
+
+def build_optimizer(args: argparse.Namespace, model: nn.Module, device: torch.device):
+    """ (optimizer, autocast context, loss scaler or None); --lr unset is lr_base scaled by the global batch. """
+    if args.lr is None:
+        global_batch = args.batch_size * args.world_size
+        ratio = global_batch / args.lr_base_size
+        scale = args.lr_base_scale or ('sqrt' if any(o in args.opt.lower() for o in ('ada', 'lamb')) else 'linear')
+        args.lr = args.lr_base * (math.sqrt(ratio) if scale == 'sqrt' else ratio)
+        _logger.info(f'Learning rate {args.lr:.3g} from lr_base {args.lr_base} and global batch {global_batch}')
+    optimizer = create_optimizer_v2(model, **optimizer_kwargs(cfg=args), **args.opt_kwargs)
+    amp_autocast, loss_scaler = nullcontext, None
+    if args.amp:
+        amp_dtype = torch.bfloat16 if args.amp_dtype == 'bfloat16' else torch.float16
+        amp_autocast = partial(torch.autocast, device_type=device.type, dtype=amp_dtype)
+        if device.type == 'cuda' and amp_dtype == torch.float16:
+            loss_scaler = NativeScaler(device=device.type)
+    return optimizer, amp_autocast, loss_scaler
+
+
+def build_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_train, dataset_eval,
+                  device: torch.device):
+    """ (train loader, eval loader, loader options, mixup or None, training loss); mixup runs in the collate when
+    batches are prefetched, else on each batch. """
+    collate_fn = mixup = None
+    if mixup_active(args):
+        mixup = (Mixup if args.no_prefetcher else FastCollateMixup)(
+            mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, cutmix_minmax=args.cutmix_minmax,
+            prob=args.mixup_prob, switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
+            label_smoothing=args.smoothing, num_classes=args.num_classes)
+        collate_fn = None if args.no_prefetcher else mixup
+    loader_common = dict(
+        input_size=config['input_size'], mean=config['mean'], std=config['std'], num_workers=args.workers,
+        distributed=args.distributed, pin_memory=args.pin_mem, device=device, use_prefetcher=not args.no_prefetcher,
+        # fresh workers every epoch, seeded from the per-epoch seed: worker RNG never carries across epochs
+        persistent_workers=False)
+    eval_options = dict(loader_common, interpolation=config['interpolation'], crop_pct=config['crop_pct'])
+    train_interpolation = (not args.no_aug and args.train_interpolation) or config['interpolation']
+    loader_train = create_loader(
+        dataset_train, batch_size=args.batch_size, is_training=True, no_aug=args.no_aug, re_prob=args.reprob,
+        re_mode=args.remode, re_count=args.recount, re_split=args.resplit, train_crop_mode=args.train_crop_mode,
+        scale=args.scale, ratio=args.ratio, hflip=args.hflip, vflip=args.vflip, color_jitter=args.color_jitter,
+        auto_augment=args.aa, interpolation=train_interpolation, collate_fn=collate_fn, **loader_common)
+    loader_eval = create_loader(
+        dataset_eval, batch_size=args.validation_batch_size or args.batch_size, is_training=False, **eval_options)
+    train_sampler = getattr(getattr(loader_train, 'loader', loader_train), 'sampler', None)
+    if hasattr(train_sampler, 'seed'):
+        train_sampler.seed = args.seed  # timm builds the DistributedSampler with seed 0; follow --seed
+    if len(loader_train) == 0:
+        raise DataError(f'{len(dataset_train)} training images make no full batch of --batch-size '
+                        f'{args.batch_size} per process; lower --batch-size')
+    if mixup is not None:
+        loss_fn = SoftTargetCrossEntropy()  # smoothing is folded into the mixed targets
+    elif args.smoothing:
+        loss_fn = LabelSmoothingCrossEntropy(smoothing=args.smoothing)
+    else:
+        loss_fn = nn.CrossEntropyLoss()
+    return loader_train, loader_eval, eval_options, mixup, loss_fn.to(device)

@@ -1,0 +1,459 @@
+""" The training arguments: timm train.py's option names, a YAML file (`-c`) of the same keys under the flags, and
+the checks every value passes before any work is done. """
+import argparse
+import difflib
+import math
+import os
+import re
+import sys
+from typing import Any, Dict, Optional, Sequence
+
+import torch
+import yaml
+
+import timm
+from timm.optim import list_optimizers
+
+from ..atomic import atomic_file
+from ..cli import OneLineArgumentParser, ParseKwargs, error_line
+from ..data import DataError, check_dataset_name
+
+PROG = 'timm-structinit-train'
+SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
+GRAYSCALE_TORCH_DATASETS = ('mnist', 'kmnist', 'fashion_mnist', 'qmnist')  # single-channel PIL images
+# options that only make sense on the command line are not config keys
+_CLI_ONLY = ('help', 'config', 'timm_train_script')
+# run-specific keys left out of the args.yaml written next to the checkpoints, so it can be reused with -c
+_NOT_SAVED = ('resume', 'experiment', 'overwrite', 'local_rank')
+
+
+class ConfigError(ValueError):
+    """ An argument or config value is invalid; the message names it and what would be valid. """
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """ The argument parser; option names and defaults follow timm's upstream train.py. """
+    parser = OneLineArgumentParser(
+        prog=PROG, description='Train a timm image classifier (structured-init ViTs registered).',
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument('-c', '--config', default='', metavar='FILE.yaml',
+                        help='YAML file whose keys (underscored option names) set the defaults; flags override it')
+    parser.add_argument('--timm-train-script', default=None, metavar='PATH',
+                        help="run timm's upstream train.py at PATH with all other arguments, models registered")
+    for add_group in (_add_data_group, _add_model_group, _add_optimizer_groups, _add_schedule_group,
+                      _add_augment_group, _add_run_groups):
+        add_group(parser)
+    return parser
+
+
+def _add_data_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Dataset')
+    group.add_argument('--data-dir', metavar='DIR', help='path to the dataset (root dir)')
+    group.add_argument('--dataset', '-d', default='', metavar='NAME',
+                       help="'' for an ImageFolder dir, torch/cifar10, torch/cifar100, torch/svhn, sklearn/digits")
+    group.add_argument('--train-split', default='train', help='training split (sub-folder for ImageFolder)')
+    group.add_argument('--val-split', default='validation', help='evaluation split (sub-folder for ImageFolder)')
+    group.add_argument('--dataset-download', action='store_true', help='download a torch/ dataset if missing')
+    group.add_argument('--train-subset', type=int, metavar='N',
+                       help='train on a deterministic class-balanced subset of N images')
+    group.add_argument('--val-subset', type=int, metavar='N',
+                       help='evaluate on a deterministic class-balanced subset of N images')
+    group.add_argument('--subset-seed', type=int, default=0, help='seed choosing the subsets (kept apart from --seed)')
+
+
+def _add_model_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Model')
+    group.add_argument('--model', default='vit_tiny_patch2_32_mimetic', help='name of the model to train')
+    group.add_argument('--pretrained', action='store_true', help='start from pretrained weights')
+    group.add_argument('--initial-checkpoint', default='', metavar='PATH', help='load these weights before training')
+    group.add_argument('--resume', default='', metavar='PATH',
+                       help='continue from a checkpoint (file, or an output directory meaning its last.pth.tar)')
+    group.add_argument('--no-resume-opt', action='store_true', help='do not restore the optimizer when resuming')
+    group.add_argument('--num-classes', type=int, help='classes (default: from the dataset)')
+    group.add_argument('--gp', help="global pool type ('token', 'avg', ...); default: the model's")
+    group.add_argument('--img-size', type=int, help='input image size (data side)')
+    group.add_argument('--in-chans', type=int, help='input channels')
+    group.add_argument('--input-size', type=int, nargs=3, metavar=('C', 'H', 'W'),
+                       help='input size (overrides --img-size and --in-chans)')
+    group.add_argument('--crop-pct', type=float, help='evaluation center-crop fraction')
+    group.add_argument('--mean', type=float, nargs='+', metavar='MEAN', help='pixel mean per channel')
+    group.add_argument('--std', type=float, nargs='+', metavar='STD', help='pixel std per channel')
+    group.add_argument('--interpolation', default='', help='resize interpolation (default: the model\'s)')
+    group.add_argument('-b', '--batch-size', type=int, default=128, help='training batch size per process')
+    group.add_argument('-vb', '--validation-batch-size', type=int,
+                       help='evaluation batch size per process (default: --batch-size)')
+    group.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
+                       help='extra model arguments, e.g. embed_dim=128 depth=6')
+
+
+def _add_optimizer_groups(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Device')
+    group.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help='device')
+    group.add_argument('--amp', action='store_true', help='automatic mixed precision')
+    group.add_argument('--amp-dtype', default='float16', choices=('float16', 'bfloat16'), help='AMP dtype')
+    group.add_argument('--dist-backend', help='process group backend (default: nccl on cuda, else gloo)')
+    group.add_argument('--local-rank', '--local_rank', dest='local_rank', type=int, default=0,
+                       help='set by older launchers; torchrun uses the LOCAL_RANK variable')
+    group = parser.add_argument_group('Optimizer')
+    group.add_argument('--opt', default='sgd', help='optimizer (timm.optim.list_optimizers())')
+    group.add_argument('--opt-eps', type=float, help='optimizer epsilon')
+    group.add_argument('--opt-betas', type=float, nargs='+', help='optimizer betas')
+    group.add_argument('--momentum', type=float, default=0.9, help='optimizer momentum')
+    group.add_argument('--weight-decay', type=float, default=2e-5, help='weight decay')
+    group.add_argument('--clip-grad', type=float, help='gradient clipping threshold (off if unset)')
+    group.add_argument('--clip-mode', default='norm', choices=('norm', 'value', 'agc'), help='gradient clipping mode')
+    group.add_argument('--layer-decay', type=float, help='layer-wise learning rate decay')
+    group.add_argument('--opt-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
+                       help='extra optimizer arguments')
+
+
+def _add_schedule_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Learning rate schedule')
+    group.add_argument('--sched', default='cosine', help=f'scheduler, one of {", ".join(SCHEDULERS)}')
+    group.add_argument('--sched-on-updates', action='store_true', help='step the schedule per update, not per epoch')
+    group.add_argument('--lr', type=float, help='learning rate (default: lr_base scaled by batch)')
+    group.add_argument('--lr-base', type=float, default=0.1, help='learning rate at batch --lr-base-size')
+    group.add_argument('--lr-base-size', type=int, default=256, help='batch size of --lr-base')
+    group.add_argument('--lr-base-scale', default='', choices=('', 'linear', 'sqrt'),
+                       help="batch scaling of --lr-base ('' = sqrt for ada*/lamb optimizers, else linear)")
+    group.add_argument('--lr-noise', type=float, nargs='+', help='learning rate noise on/off epochs')
+    group.add_argument('--lr-noise-pct', type=float, default=0.67, help='learning rate noise limit')
+    group.add_argument('--lr-noise-std', type=float, default=1.0, help='learning rate noise std')
+    group.add_argument('--lr-cycle-mul', type=float, default=1.0, help='cycle length multiplier')
+    group.add_argument('--lr-cycle-decay', type=float, default=0.5, help='per-cycle learning rate decay')
+    group.add_argument('--lr-cycle-limit', type=int, default=1, help='number of cycles')
+    group.add_argument('--lr-k-decay', type=float, default=1.0, help='k-decay of cosine / poly schedules')
+    group.add_argument('--warmup-lr', type=float, default=1e-5, help='warm-up start learning rate')
+    group.add_argument('--min-lr', type=float, default=0.0, help='learning rate floor')
+    group.add_argument('--epochs', type=int, default=300, help='epochs to train')
+    group.add_argument('--decay-milestones', type=int, nargs='+', default=[90, 180, 270], help='multistep milestones')
+    group.add_argument('--decay-epochs', type=float, default=90, help='epochs between decays (step)')
+    group.add_argument('--warmup-epochs', type=int, default=5, help='warm-up epochs')
+    group.add_argument('--warmup-prefix', action='store_true', help='warm-up comes before, not inside, the schedule')
+    group.add_argument('--cooldown-epochs', type=int, default=0, help='epochs at min_lr after the schedule')
+    group.add_argument('--patience-epochs', type=int, default=10, help='plateau patience')
+    group.add_argument('--decay-rate', '--dr', type=float, default=0.1, help='decay rate')
+
+
+def _add_augment_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Augmentation and regularization')
+    group.add_argument('--no-aug', action='store_true', help='no training augmentation')
+    group.add_argument('--train-crop-mode', help="training crop mode ('rrc', 'rkrc', 'rkrr')")
+    group.add_argument('--scale', type=float, nargs='+', default=[0.08, 1.0], metavar='PCT',
+                       help='random-resized-crop area range')
+    group.add_argument('--ratio', type=float, nargs='+', default=[3. / 4., 4. / 3.], metavar='RATIO',
+                       help='random-resized-crop aspect range')
+    group.add_argument('--hflip', type=float, default=0.5, help='horizontal flip probability')
+    group.add_argument('--vflip', type=float, default=0.0, help='vertical flip probability')
+    group.add_argument('--color-jitter', type=float, default=0.4, help='color jitter factor (unused with --aa)')
+    group.add_argument('--aa', help="auto-augment policy, e.g. 'rand-m9-mstd0.5-inc1'")
+    group.add_argument('--reprob', type=float, default=0.0, help='random erasing probability (Cutout)')
+    group.add_argument('--remode', default='pixel', choices=('const', 'rand', 'pixel'), help='random erasing fill')
+    group.add_argument('--recount', type=int, default=1, help='random erasing count')
+    group.add_argument('--resplit', action='store_true', help='no random erasing on the first augmentation split')
+    group.add_argument('--mixup', type=float, default=0.0, help='mixup alpha (on if > 0)')
+    group.add_argument('--cutmix', type=float, default=0.0, help='cutmix alpha (on if > 0)')
+    group.add_argument('--cutmix-minmax', type=float, nargs='+', help='cutmix min/max area ratio')
+    group.add_argument('--mixup-prob', type=float, default=1.0, help='probability of mixup or cutmix per batch')
+    group.add_argument('--mixup-switch-prob', type=float, default=0.5, help='probability of cutmix over mixup')
+    group.add_argument('--mixup-mode', default='batch', choices=('batch', 'pair', 'elem'), help='mixup mode')
+    group.add_argument('--mixup-off-epoch', type=int, default=0, help='turn mixup off from this epoch (0: never)')
+    group.add_argument('--smoothing', type=float, default=0.1, help='label smoothing')
+    group.add_argument('--train-interpolation', default='random', help='training interpolation')
+    group.add_argument('--drop', type=float, default=0.0, help='dropout rate')
+    group.add_argument('--drop-path', type=float, help='drop path (stochastic depth) rate')
+    group.add_argument('--drop-block', type=float, help='drop block rate (CNNs)')
+
+
+def _add_run_groups(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Model exponential moving average')
+    group.add_argument('--model-ema', action='store_true', help='keep and evaluate an EMA of the weights')
+    group.add_argument('--model-ema-force-cpu', action='store_true', help='keep the EMA on CPU (not evaluated)')
+    group.add_argument('--model-ema-decay', type=float, default=0.9998, help='EMA decay')
+    group.add_argument('--model-ema-warmup', action='store_true', help='warm the EMA decay up')
+    group = parser.add_argument_group('Miscellaneous')
+    group.add_argument('--seed', type=int, default=42, help='random seed')
+    group.add_argument('--log-interval', type=int, default=50, help='batches between log lines')
+    group.add_argument('--checkpoint-hist', type=int, default=10, help='numbered checkpoints to keep')
+    group.add_argument('-j', '--workers', type=int, default=4, help='data loading processes per training process')
+    group.add_argument('--pin-mem', action='store_true', help='pin loader memory (faster GPU transfer)')
+    group.add_argument('--no-prefetcher', action='store_true', help="do not use timm's batch prefetcher")
+    group.add_argument('--output', default='', metavar='DIR', help='output root (default: ./output/train)')
+    group.add_argument('--experiment', default='', help='output sub-folder (default: date-time-model)')
+    group.add_argument('--overwrite', action='store_true',
+                       help='reuse an existing output folder, deleting the files a previous run wrote there')
+    group.add_argument('--eval-metric', default='top1', choices=('top1', 'top5', 'loss'),
+                       help='metric ranking checkpoints')
+    group.add_argument('--plot', action='store_true', help='draw loss and accuracy curves to summary.png')
+
+
+def _config_actions(parser: argparse.ArgumentParser) -> Dict[str, argparse.Action]:
+    return {a.dest: a for a in parser._actions if a.dest not in _CLI_ONLY}
+
+
+def _read_yaml(path: str) -> Dict[Any, Any]:
+    if not os.path.isfile(path):
+        raise ConfigError(f'--config {path!r}: no such file')
+    try:
+        with open(path, 'rb') as f:
+            cfg = yaml.safe_load(f.read().decode('utf-8-sig'))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f'--config {path!r} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset '
+                          f'{e.start}); save it as UTF-8') from None
+    except OSError as e:
+        raise ConfigError(f'--config {path!r} cannot be read: {e.strerror or e}') from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, 'problem_mark', None)
+        where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ''
+        raise ConfigError(f'--config {path!r} is not valid YAML: {getattr(e, "problem", None) or error_line(e)}'
+                          f'{where}') from None
+    if not isinstance(cfg or {}, dict):
+        raise ConfigError(f'--config {path!r} must be a mapping of option names to values')
+    return cfg or {}
+
+
+def _config_value(parser: argparse.ArgumentParser, action: argparse.Action, key: str, value: Any, path: str) -> Any:
+    """ A YAML value as its flag would store it: numbers, strings and lists go through the flag's own action. """
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(f'{path}: {key}={value!r} is not valid; {reason}')
+
+    def text(v: Any) -> str:  # 2.0 for an integer option, as YAML writers put it
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+    if value is None:
+        if action.default is not None:
+            raise bad(f'leave the key out for the default {action.default!r}')
+    elif isinstance(action, ParseKwargs):
+        if not isinstance(value, dict):
+            raise bad('expected a mapping of keyword arguments')
+        value = dict(value)
+    elif action.nargs == 0:  # store_true flags
+        if not isinstance(value, bool):
+            raise bad('expected true or false')
+    else:
+        many = action.nargs is not None
+        if isinstance(value, dict) or many != isinstance(value, (list, tuple)):
+            raise bad('expected a list' if many else 'expected a single value')
+        option = max(action.option_strings, key=len)
+        tokens = [option, *map(text, value)] if many else [f'{option}={text(value)}']
+        try:
+            value = getattr(parser.parse_args(tokens, argparse.Namespace()), action.dest)
+        except argparse.ArgumentError:  # the wrong count, a choice not offered or a value of another type
+            if isinstance(action.nargs, int) and len(value) != action.nargs:
+                raise bad(f'expected a list of {action.nargs} values') from None
+            raise bad(f'expected one of {list(action.choices)}' if action.choices
+                      else f'expected {"an integer" if action.type is int else "a number"}') from None
+    return value
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """ Parse the command line over the values of its `-c FILE.yaml`, each value through its flag's argparse action
+    (type, choices, count); `check_args` then checks the result. """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config_parser = OneLineArgumentParser(prog=PROG, add_help=False)
+    config_parser.add_argument('-c', '--config', default='')
+    path = config_parser.parse_known_args(argv)[0].config
+    parser = build_parser()
+    namespace = argparse.Namespace()
+    if path:
+        actions = _config_actions(parser)
+        parser.exit_on_error = False  # a bad YAML value raises, to be reported as the config's error
+        for key, value in _read_yaml(path).items():
+            if key not in actions:
+                close = difflib.get_close_matches(str(key).replace('-', '_'), list(actions), n=1, cutoff=0.6)
+                hint = f"; did you mean '{close[0]}'?" if close else ''
+                raise ConfigError(f"unknown key '{key}' in {path}{hint} (keys are the option names with "
+                                  f"underscores, see {PROG} --help)")
+            setattr(namespace, key, _config_value(parser, actions[key], key, value, path))
+        parser.exit_on_error = True
+    return parser.parse_args(argv, namespace)
+
+
+def save_args(args: argparse.Namespace, path: str) -> None:
+    """ Write the run's arguments as a YAML config that `-c` reads back. """
+    keys = set(_config_actions(build_parser())) - set(_NOT_SAVED)
+    cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k in keys}
+    with atomic_file(path) as tmp, open(tmp, 'w') as f:
+        yaml.safe_dump(cfg, f, default_flow_style=False, sort_keys=True)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _chans_option(args: argparse.Namespace) -> Optional[int]:
+    """ The input channels the user set by option (--input-size or --in-chans), else None. """
+    return args.input_size[0] if args.input_size else args.in_chans
+
+
+def in_chans(args: argparse.Namespace) -> int:
+    """ Input channels of the model and the data: the option, else model_kwargs in_chans, else 3. """
+    chans = _chans_option(args)
+    if chans is None and isinstance(args.model_kwargs, dict):
+        chans = args.model_kwargs.get('in_chans')
+    return 3 if chans is None else chans
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ Validate every value before any work is done; errors name the value and what is valid. """
+    if ':' not in args.model and not timm.is_model(args.model):
+        close = difflib.get_close_matches(args.model, timm.list_models(), n=3)
+        raise ConfigError(
+            f'--model {args.model!r} is not a registered model'
+            + (f'; did you mean {", ".join(close)}?' if close else '; see timm.list_models()'))
+    _check_numbers(args, build_parser())
+    _check_model_kwargs(args)
+    _check_data(args)
+    _check_training(args)
+    if args.aa:
+        _check_aa(args.aa)
+    _check_files(args)
+
+
+# (options, condition, what is valid) for the values that have a range; None (unset) passes
+_RANGES = (
+    (('epochs', 'batch_size', 'log_interval', 'checkpoint_hist', 'lr_base_size', 'recount', 'validation_batch_size',
+      'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans'), lambda v: v >= 1, 'must be >= 1'),
+    (('workers', 'warmup_epochs', 'cooldown_epochs', 'mixup_off_epoch', 'seed', 'subset_seed', 'weight_decay',
+      'mixup', 'cutmix', 'drop', 'warmup_lr', 'min_lr', 'momentum'), lambda v: v >= 0, 'must be >= 0'),
+    (('hflip', 'vflip', 'reprob', 'mixup_prob', 'mixup_switch_prob'), lambda v: 0 <= v <= 1, 'must be in [0, 1]'),
+    (('smoothing', 'drop_path'), lambda v: 0 <= v < 1, 'must be in [0, 1)'),
+    (('lr',), lambda v: v > 0, 'must be > 0'),
+    (('clip_grad',), lambda v: v > 0, 'must be > 0 (or unset)'),
+    (('model_ema_decay',), lambda v: 0 < v < 1, 'must be in (0, 1)'),
+)
+
+
+def _check_numbers(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:  # inf and nan pass every range check below
+        value = getattr(args, action.dest, None) if action.type is float else None
+        bad = [v for v in (value if isinstance(value, (list, tuple)) else [value])
+               if v is not None and not math.isfinite(v)]
+        _check(not bad, f'{max(action.option_strings, key=len)} {value} must be a finite number')
+    for names, ok, valid in _RANGES:
+        for name in names:
+            value = getattr(args, name)
+            _check(value is None or ok(value), f'--{name.replace("_", "-")} {value} {valid}')
+    _check(len(args.scale) == 2 and 0 < args.scale[0] <= args.scale[1] <= 1,
+           f'--scale {args.scale} must be two numbers 0 < lo <= hi <= 1')
+    _check(len(args.ratio) == 2 and 0 < args.ratio[0] <= args.ratio[1],
+           f'--ratio {args.ratio} must be two numbers 0 < lo <= hi')
+    _check(args.input_size is None or all(v >= 1 for v in args.input_size),
+           f'--input-size {args.input_size} must be three positive integers C H W')
+    _check(args.std is None or all(v > 0 for v in args.std), f'--std {args.std} must be positive')
+
+
+# model arguments that have an option of their own: (option, model argument)
+_MODEL_ARG_OPTIONS = (('--in-chans/--input-size', 'in_chans'), ('--num-classes', 'num_classes'),
+                      ('--drop-path', 'drop_path_rate'), ('--drop-block', 'drop_block_rate'), ('--gp', 'global_pool'))
+
+
+def _check_model_kwargs(args: argparse.Namespace) -> None:
+    _check(isinstance(args.model_kwargs, dict), f'model_kwargs {args.model_kwargs!r} must be a mapping')
+    chans = in_chans(args)
+    _check(isinstance(chans, int) and not isinstance(chans, bool) and chans >= 1,
+           f'model_kwargs in_chans={chans!r} must be a positive integer')
+    option_values = dict(in_chans=_chans_option(args), num_classes=args.num_classes, drop_path_rate=args.drop_path,
+                         drop_block_rate=args.drop_block, global_pool=args.gp)
+    for flag, key in _MODEL_ARG_OPTIONS:
+        # only a value the user set can contradict model_kwargs, not an option's default
+        value = option_values[key]
+        _check(value is None or key not in args.model_kwargs or args.model_kwargs[key] == value,
+               f'model_kwargs {key}={args.model_kwargs.get(key)!r} contradicts {flag} {value}; set it in one place')
+    for name in ('mean', 'std'):
+        value = getattr(args, name)
+        _check(value is None or len(value) in (1, chans) or len(set(value)) == 1,
+               f'--{name} {value} must have 1 value or one per input channel ({chans})')
+
+
+def _check_data(args: argparse.Namespace) -> None:
+    try:
+        kind = check_dataset_name(args.dataset)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    _check(kind == 'digits' or bool(args.data_dir),
+           f'--dataset {args.dataset!r} needs --data-dir (e.g. --data-dir ../shared/data/cifar10 for the '
+           f'ImageFolder copy of CIFAR-10)')
+    chans = in_chans(args)
+    if kind == 'torch' and args.dataset.split('/')[-1].lower() in GRAYSCALE_TORCH_DATASETS:
+        _check(chans == 1, f'--dataset {args.dataset!r} has 1-channel images but the model would take {chans}; '
+                           f'pass --in-chans 1')
+    _check(args.cutmix_minmax is None or len(args.cutmix_minmax) == 2,
+           f'--cutmix-minmax {args.cutmix_minmax} needs 2 values')
+    _check(not mixup_active(args) or args.batch_size % 2 == 0,
+           f'--batch-size {args.batch_size} must be even with mixup/cutmix, which pairs images within a batch')
+
+
+def mixup_active(args: argparse.Namespace) -> bool:
+    return args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
+
+
+def _check_training(args: argparse.Namespace) -> None:
+    _check(args.sched in SCHEDULERS, f'--sched {args.sched!r} is not valid; choose one of {", ".join(SCHEDULERS)}')
+    optimizers = list_optimizers()
+    opt_name = args.opt.lower().split('_')[-1]
+    _check(opt_name in optimizers, f'--opt {args.opt!r} is not a timm optimizer; valid: {", ".join(optimizers)}')
+    _check(args.opt_betas is None or len(args.opt_betas) in (2, 3), f'--opt-betas {args.opt_betas} needs 2 values')
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib: pip install 'timm-structinit[plots]'") from None
+
+
+# the sections timm's auto-augment parsers read (timm/data/auto_augment.py), with the type of their value; timm
+# silently ignores a section without a digit, so a typo would go unnoticed
+_AA_SECTIONS = {
+    'rand': dict(m=int, n=int, p=float, mstd=float, mmax=int, inc=int),
+    'augmix': dict(m=int, w=int, d=int, a=float, b=int, mstd=float),
+    'auto': dict(mstd=float),
+}
+_AA_POLICIES = ('original', 'originalr', 'v0', 'v0r', '3a')  # the 'auto' policies
+_AA_RAND_TRANSFORMS = ('weights', '3aw', '3a')  # rand-...-t<name>
+_AA_EXAMPLES = "e.g. 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', 'original-mstd0.5'"
+
+
+def _check_aa(policy: str) -> None:
+    """ Check an auto-augment policy string against timm's grammar, section by section, then build it. """
+    name, *sections = policy.split('-')
+    kind = name if name in ('rand', 'augmix') else 'auto'
+    keys = _AA_SECTIONS[kind]
+    grammar = ', '.join(f'{k}<{t.__name__}>' for k, t in keys.items())
+    if kind == 'rand':
+        grammar += f', t<{"|".join(_AA_RAND_TRANSFORMS)}>'
+    _check(kind != 'auto' or name in _AA_POLICIES,
+           f"--aa {policy!r}: unknown policy {name!r}; valid: rand-..., augmix-..., {', '.join(_AA_POLICIES)} "
+           f"({_AA_EXAMPLES})")
+    for section in sections:
+        if kind == 'rand' and section.startswith('t'):
+            ok = section[1:] in _AA_RAND_TRANSFORMS
+        else:
+            key, value = re.fullmatch(r'(\D*)(.*)', section).groups()
+            number = r'\d+' if keys.get(key) is int else r'\d+(\.\d*)?'
+            ok = key in keys and re.fullmatch(number, value) is not None
+        _check(ok, f"--aa {policy!r}: section {section!r} is not valid; {name!r} takes {grammar} ({_AA_EXAMPLES})")
+    from timm.data import create_transform
+    try:  # timm parses the policy string lazily; build it once here to fail before any work
+        create_transform(32, is_training=True, auto_augment=policy)
+    except (AssertionError, ValueError, KeyError, IndexError) as e:
+        raise ConfigError(f'--aa {policy!r} is not a valid auto-augment policy ({e or type(e).__name__}); '
+                          f'{_AA_EXAMPLES}') from None
+
+
+def resume_path(resume: str) -> str:
+    """ The checkpoint `--resume` names: a file, or an output folder's last.pth.tar. """
+    return os.path.join(resume, 'last.pth.tar') if os.path.isdir(resume) else resume
+
+
+def _check_files(args: argparse.Namespace) -> None:
+    if args.resume:
+        path = resume_path(args.resume)
+        _check(not os.path.isdir(args.resume) or os.path.isfile(path),
+               f'--resume {args.resume!r}: nothing to resume, {os.path.abspath(args.resume)} holds no last.pth.tar '
+               f'(no epoch of that run finished); start it again without --resume (with --overwrite to reuse '
+               f'that folder)')
+        _check(os.path.isfile(path), f'--resume {args.resume!r}: no checkpoint at {os.path.abspath(path)}')
+    if args.initial_checkpoint:
+        _check(os.path.isfile(args.initial_checkpoint),
+               f'--initial-checkpoint {args.initial_checkpoint!r}: no such file')
