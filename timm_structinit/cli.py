@@ -111,14 +111,15 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from .hub import export_model, list_export_files
+    from .hub import export_model, list_export_files, load_lines
     folder = export_model(
         args.model, args.out_dir, seed=args.seed, model_kwargs=args.model_kwargs, checkpoint=args.checkpoint,
         use_ema=args.use_ema, force=args.force)
     print(f'exported {args.model} to {folder}')
     for name, size in list_export_files(folder):
         print(f'  {name}  {size:,} bytes')
-    print(f'load it with: import timm, timm_structinit; timm.create_model("local-dir:{folder}", pretrained=True)')
+    for line in load_lines(folder):
+        print(line)
     return 0
 
 
