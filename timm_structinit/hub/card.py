@@ -1,194 +1,204 @@
-""" The README.md of an export: a Hugging Face model card whose metadata huggingface_hub writes and parses.
+""" The README.md of an export: a model card whose metadata huggingface_hub writes (`ModelCardData`, `EvalResult`).
 
-Metadata (`ModelCardData`): library_name timm, license, pipeline tag, tags, and for trained weights the datasets,
-the base model they were fine-tuned from, and a model-index entry (`EvalResult`) with the top-1 / top-5 the
-checkpoint recorded on its evaluation split. The text says how to load the weights (plain timm first), how they
-were made (init method, every hyperparameter, seed, solver, training recipe) and what to cite. Only portable facts
-are written: file and folder names, never local paths of data or outputs.
+The text says how to load the weights (plain timm first), how they were made (init method, every hyperparameter,
+seed, solver, training recipe) and what to cite. It is built from config.json, so it holds only what config.json
+holds: file, dataset and recipe names, never a local path.
 """
+import ast
 import json
-import os
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+import shlex
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import timm
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from torch import nn
 
 from .plain_timm import CONFIG_KEY
-from .provenance import Provenance
-from .text import PAPERS, fmt, kwargs_cli, paper_ids, per_layer_entries, summarize_objective, table
 
-# the training arguments a card lists first, when the checkpoint has them; all others follow in a details block
-_RECIPE_KEYS = (
-    'dataset', 'train_split', 'val_split', 'train_subset', 'val_subset', 'model', 'model_kwargs', 'num_classes',
-    'img_size', 'input_size', 'epochs', 'batch_size', 'opt', 'lr', 'weight_decay', 'momentum', 'layer_decay',
-    'sched', 'warmup_epochs', 'warmup_lr', 'min_lr', 'clip_grad', 'smoothing', 'aa', 'reprob', 'mixup', 'cutmix',
-    'drop', 'drop_path', 'model_ema', 'model_ema_decay', 'amp', 'seed',
-)
+# arXiv id -> (authors, title, year) of the papers the inits come from
+_PAPERS = {
+    '2305.09828': ('Trockman, Asher and Kolter, J. Zico', 'Mimetic Initialization of Self-Attention Layers', 2023),
+    '2404.01139': ('Zheng, Jianqiao and Li, Xueqian and Saratchandran, Hemanth and Lucey, Simon',
+                   'Structured Initialization for Attention in Vision Transformers', 2024),
+    '2505.19985': ('Zheng, Jianqiao and Li, Xueqian and Saratchandran, Hemanth and Lucey, Simon',
+                   'Structured Initialization for Vision Transformers', 2025),
+}
+_METHOD_PAPERS = {'mimetic': ['2305.09828'], 'impulse': ['2404.01139', '2505.19985']}
 _METRIC_NAMES = {'top1': 'top-1 accuracy', 'top5': 'top-5 accuracy'}
 
 
-def _eval_results(training: Optional[Mapping[str, Any]], title: str) -> Optional[List[EvalResult]]:
-    ev, data = (training or {}).get('eval'), (training or {}).get('dataset')
-    if not ev or not data or not ev['of_these_weights'] or ev['metric'] not in _METRIC_NAMES:
-        return None
-    return [EvalResult(
-        task_type='image-classification', task_name='Image Classification', dataset_type=data['type'],
-        dataset_name=data['name'], dataset_split=ev['split'], metric_type='accuracy',
-        metric_name=_METRIC_NAMES[ev['metric']], metric_value=round(ev['value'], 4),
-        dataset_args={'num_samples': ev['subset']} if ev['subset'] else None)]
+def fmt(value: Any) -> str:
+    """ A compact inline rendering: numbers as they are (floats at 6 significant digits, in containers too), any
+    other value as JSON in a code span. """
+    def rounded(v: Any) -> Any:
+        if isinstance(v, (list, dict)):
+            return {k: rounded(x) for k, x in v.items()} if isinstance(v, dict) else [rounded(x) for x in v]
+        return float(f'{v:.6g}') if isinstance(v, float) else v
+    value = rounded(value)
+    if isinstance(value, (int, float)):
+        return f'{value:.6g}' if isinstance(value, float) else str(value)
+    return f'`{value}`' if isinstance(value, str) else f'`{json.dumps(value, separators=(", ", ": "))}`'
 
 
-def card_data(config: Mapping[str, Any], prov: Provenance, title: str) -> ModelCardData:
-    method = (prov.init_record or {}).get('method')
-    training = prov.training or {}
-    hub_id = (training.get('dataset') or {}).get('hub_id')
-    base = training.get('base_model')
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    # a '|' inside a cell would end it
+    return '\n'.join('| ' + ' | '.join(str(c).replace('|', '\\|') for c in row) + ' |'
+                     for row in [header, ['---'] * len(header), *rows])
+
+
+def kwargs_cli(kwargs: Mapping[str, Any]) -> str:
+    """ `--model-kwargs` items that parse back to `kwargs` (each value through ast.literal_eval, as timm's train.py
+    does): literals in double quotes where that reads the same, a string that is no literal as it is. """
+    def text(value: Any) -> str:
+        try:
+            ast.literal_eval(value) if isinstance(value, str) else None
+        except (ValueError, SyntaxError):
+            return value
+        double = repr(value).replace("'", '"')
+        return double if ast.literal_eval(double) == value else repr(value)
+    return ' '.join(shlex.quote(f'{key}={text(value)}') for key, value in kwargs.items())
+
+
+def _card_data(config: Mapping[str, Any], own: Mapping[str, Any], title: str) -> ModelCardData:
+    trained, method = own['trained'] or {}, (own['struct_init'] or {}).get('method')
+    ev, data = trained.get('eval'), trained.get('dataset') or {}
+    results = None
+    if ev and data and ev['of_these_weights'] and ev['metric'] in _METRIC_NAMES:
+        results = [EvalResult(
+            task_type='image-classification', task_name='Image Classification', dataset_type=data['type'],
+            dataset_name=data['name'], dataset_split=ev['split'], metric_type='accuracy',
+            metric_name=_METRIC_NAMES[ev['metric']], metric_value=round(ev['value'], 4),
+            dataset_args={'num_samples': ev['subset']} if ev['subset'] else None)]
     return ModelCardData(
-        model_name=title, library_name='timm', pipeline_tag='image-classification',
-        license=config.get('pretrained_cfg', {}).get('license', 'apache-2.0'),
-        tags=['image-classification', 'timm', 'timm-structinit', 'vision-transformer']
-        + ([f'{method}-init'] if method else []),
-        datasets=[hub_id] if hub_id else None, base_model=base, eval_results=_eval_results(training, title))
+        model_name=title, library_name='timm', pipeline_tag='image-classification', eval_results=results,
+        license=config['pretrained_cfg'].get('license', 'apache-2.0'), base_model=trained.get('base_model'),
+        tags=['image-classification', 'timm', 'timm-structinit', 'vision-transformer'] + (
+            [f'{method}-init'] if method else []), datasets=[data['hub_id']] if data.get('hub_id') else None)
 
 
-def _load_blocks(config: Mapping[str, Any], prov: Provenance, load_id: str, sincos: bool) -> List[str]:
+def _load_section(config: Mapping[str, Any], own: Mapping[str, Any], model_name: str, load_id: str,
+                  sincos: bool) -> List[str]:
     line = f'model = timm.create_model("{load_id}", pretrained=True)'
     plugin = f'```python\nimport timm\nimport timm_structinit  # registers the architecture with timm\n\n{line}\n```'
-    registered = (config.get(CONFIG_KEY) or {}).get('architecture')
-    needs = (f'Needs timm >= 1.0.16 for `local-dir:` (written with timm {timm.__version__}); the plugin is '
-             f'`timm-structinit` (this export: version {(config.get(CONFIG_KEY) or {}).get("version")}).')
-    if registered is None:  # no plain timm equivalent: the registered architecture only
-        return ['## How to load', f'timm knows `{prov.model_name}` only after `timm_structinit` is imported (timm '
-                'has no plugin discovery), so import it before creating the model:', plugin,
-                '`pretrained=True` loads these weights bit for bit; without it timm builds the same architecture '
-                'with a fresh init. ' + needs]
-    gains = ['the sin-cos position table stays frozen and is regenerated, not interpolated, when the input size '
-             'changes'] if sincos else []
-    gains += ['without `pretrained=True` the same init is drawn again'] if prov.training is None else []
+    needs = (f'`local-dir:` needs timm >= 1.0.16; written with timm {timm.__version__} and timm-structinit '
+             f'{own["version"]}.')
+    if 'architecture' not in own:  # no plain timm equivalent: the registered architecture only
+        return ['## How to load', f'timm knows `{model_name}` only after `timm_structinit` is imported (timm has no '
+                'plugin discovery), so import it before creating the model:', plugin, needs]
+    gains = ['a frozen sin-cos table, regenerated rather than interpolated at other input sizes'] if sincos else []
+    gains += [] if own['trained'] else [f'after `torch.manual_seed({own["seed"]})` and without `pretrained=True`, '
+                                        'the same weights drawn again']
     return [
         '## How to load',
-        f'Plain timm builds `{config["architecture"]}` with the `model_args` of config.json (a `VisionTransformer` '
-        'of this geometry) and loads these weights strictly; its outputs are the same:',
+        f'Plain timm builds `{config["architecture"]}` with the `model_args` of config.json (a `VisionTransformer` of '
+        'this geometry) and loads these weights strictly; its outputs are the same:',
         f'```python\nimport timm\n\n{line}\n```',
-        f'With `timm_structinit` imported first, the same line builds the registered `{registered}` (a '
-        f'`StructVisionTransformer`{": " + " and ".join(gains) if gains else ""}):',
-        plugin, needs]
+        f'With `timm_structinit` imported first, the same line builds the registered `{model_name}` (a '
+        f'`StructVisionTransformer`{": " + "; ".join(gains) if gains else ""}):', plugin, needs]
 
 
-def _init_rows(record: Mapping[str, Any], prov: Provenance) -> List[Tuple[str, Any]]:
-    method, training = record.get('method'), prov.training
-    rows: List[Tuple[str, Any]] = [('method', f'`{method}`' if method else "none (timm's default init)")]
-    if training is None:
-        rows.append(('seed', f'{prov.seed} (`torch.manual_seed`)'
-                     + (f', struct_init_seed {record.get("seed", prov.seed)}' if method else '')))
-    elif training.get('started_from'):
-        rows.append(('initial weights', f'loaded from {training["started_from"]}, whose own record tells its '
-                                        f'init and seed'))
-    elif method and prov.init_seed_known:
-        rows.append(('init seed', f"struct_init_seed {record.get('seed')} (from the training run's model_kwargs)"))
-    elif method:
-        seed = (training.get('args') or {}).get('seed')
-        note = f'; the run seeded torch with {seed}' if seed is not None else ''
-        rows.append(('init seed', f'not recorded in the checkpoint (struct_init_seed was not fixed{note})'))
-    return rows
-
-
-def _init_blocks(record: Mapping[str, Any], prov: Provenance, num_layers: int) -> List[str]:
+def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping[str, Any],
+                  num_layers: int) -> List[str]:
+    record, trained = own['struct_init'] or {}, own['trained']
     method = record.get('method')
-    rows = _init_rows(record, prov)
-    # a rebuilt init is the training run's own only if its seed is known
-    solution = bool(method) and (prov.training is None or prov.init_seed_known)
-    per_layer = per_layer_entries(record, num_layers) if solution else {}
-    if solution and 'solver' in record:
+    rows = [('method', f'`{method}`' if method else "none (timm's default init)")]
+    if trained is None:
+        init_seed = f', struct_init_seed {record["seed"]}' if method else ''
+        rows.append(('seed', f'{own["seed"]} (`torch.manual_seed`){init_seed}'))
+    elif trained['started_from']:
+        rows.append(('initial weights', f'loaded from {trained["started_from"]}, whose own record tells its init'))
+    elif method:  # the init that started training is known only if the run fixed struct_init_seed
+        rows.append(('init seed', f"struct_init_seed {record['seed']} (from the training run's model_kwargs)"
+                     if 'seed' in record else 'not recorded in the checkpoint (struct_init_seed was not fixed)'))
+    per_layer = {k: v for k, v in record.items() if isinstance(v, list) and num_layers > 0 and len(v) == num_layers
+                 and all(isinstance(x, list) for x in v)}
+    if 'solver' in record:
         rows.append(('solver', fmt(record['solver'])))
-    if solution and 'objective' in record:
-        rows.append(('final objective', summarize_objective(record['objective'], 'objective' in per_layer)))
+    if 'objective_mean' in record:
+        where = ', per layer below' if 'objective' in per_layer else ''
+        rows.append(('final objective', f'{fmt(record["objective_mean"])} (mean over heads{where})'))
     blocks = ['## Initialization', table(rows, ('field', 'value'))]
     if method:
         blocks += ['Hyperparameters (every field of the init config):',
-                   table([(f'`{k}`', fmt(v)) for k, v in (record.get('cfg') or {}).items()], ('name', 'value'))]
-        shown = {'method', 'seed', 'cfg', 'solver', 'objective', *per_layer}
-        extra = {k: v for k, v in record.items() if k not in shown}
-        if solution and extra:
-            blocks += ['Init record:', table([(f'`{k}`', fmt(v)) for k, v in extra.items()], ('entry', 'value'))]
+                   table([(f'`{k}`', fmt(v)) for k, v in record['cfg'].items()], ('name', 'value'))]
+    extra = {k: v for k, v in record.items() if k not in {'method', 'seed', 'cfg', 'solver', 'objective_mean',
+                                                          *per_layer}}
+    if extra:
+        blocks += ['Init record:', table([(f'`{k}`', fmt(v)) for k, v in extra.items()], ('entry', 'value'))]
     if per_layer:
-        what = 'offsets (dy, dx) and ' if 'offsets' in per_layer else ''
-        body = [(str(i), *(fmt(v[i]) for v in per_layer.values())) for i in range(num_layers)]
-        blocks += [f"Per layer, one value per head ({what}the solver's results):", table(body, ('layer', *per_layer))]
-    if prov.training is None:
-        cmd = f'timm-structinit export {prov.model_name} DIR --seed {prov.seed}'
-        cmd += f' --model-kwargs {kwargs_cli(prov.model_kwargs)}' if prov.model_kwargs else ''
+        rows = [(str(i), *(fmt(v[i]) for v in per_layer.values())) for i in range(num_layers)]
+        blocks += ["Per layer, one value per head (the solver's results):", table(rows, ('layer', *per_layer))]
+    if trained is None:
+        cmd = f'timm-structinit export {model_name} DIR --seed {own["seed"]}'
+        cmd += f' --model-kwargs {kwargs_cli(model_kwargs)}' if model_kwargs else ''
         blocks += ['To write these weights again:', f'```bash\n{cmd}\n```']
     return blocks
 
 
-def _architecture_blocks(model: nn.Module, config: Mapping[str, Any]) -> List[str]:
-    pcfg, own = config.get('pretrained_cfg', {}), config.get(CONFIG_KEY) or {}
-    rows = [('architecture', f'`{config.get("architecture")}`'), ('model_args', fmt(config.get('model_args', {})))]
-    if own.get('architecture'):
+def _architecture_section(model: nn.Module, config: Mapping[str, Any], own: Mapping[str, Any]) -> List[str]:
+    pcfg = config['pretrained_cfg']
+    rows = [('architecture', f'`{config["architecture"]}`'), ('model_args', fmt(config.get('model_args', {})))]
+    if 'architecture' in own:
         rows += [('registered architecture', f'`{own["architecture"]}` (with `import timm_structinit`)'),
-                 ('its model_args', fmt(own.get('model_args', {})))]
-    rows += [('num_classes', config.get('num_classes')), ('num_features', config.get('num_features')),
-             ('parameters', f'{sum(p.numel() for p in model.parameters()):,}')]
-    if pcfg.get('input_size'):
-        rows.append(('input size', 'x'.join(str(s) for s in pcfg['input_size'])))
-    if pcfg.get('mean') and pcfg.get('std'):
-        rows.append(('normalization', f'mean {fmt(pcfg["mean"])}, std {fmt(pcfg["std"])}'))
-    if pcfg.get('label_names'):
-        rows.append(('class names', fmt(pcfg['label_names'])))
+                 ('its model_args', fmt(own['model_args']))]
+    rows += [('parameters', f'{sum(p.numel() for p in model.parameters()):,}'),
+             ('input size', 'x'.join(str(s) for s in pcfg['input_size'])),
+             ('normalization', f'mean {fmt(pcfg["mean"])}, std {fmt(pcfg["std"])}')]
+    if config.get('label_names'):
+        rows.append(('class names', fmt(config['label_names'])))
     if getattr(model, 'sincos_pos_embed', False):
         rows.append(('position embedding', 'fixed 2D sin-cos (frozen, stored with the weights as `pos_embed`)'))
     return ['## Architecture', table(rows, ('field', 'value'))]
 
 
-def _training_blocks(training: Mapping[str, Any]) -> List[str]:
-    weights = f'`{training["weights"]}`' + (' (EMA)' if 'ema' in training['weights'] else '')
-    rows = [('checkpoint', f'`{training["checkpoint"]}`'), ('weights', weights)]
-    args, ev, data = training.get('args') or {}, training.get('eval'), training.get('dataset')
-    if args.get('config'):
-        rows.append(('recipe', f'`{os.path.basename(str(args["config"]))}`'))
+def _training_section(trained: Mapping[str, Any]) -> List[str]:
+    ema = 'ema' in trained['weights']
+    rows = [('checkpoint', f'`{trained["checkpoint"]}`'), ('weights', f'`{trained["weights"]}`' + ' (EMA)' * ema)]
+    data, ev = trained['dataset'], trained['eval']
+    if trained['recipe_file']:
+        rows.append(('recipe', f'`{trained["recipe_file"]}`'))
     if data:
         rows.append(('data', f'`{data["name"]}`' + (f' (Hub dataset `{data["hub_id"]}`)' if data['hub_id'] else '')))
-    if training.get('epoch') is not None:
-        rows.append(('epoch (timm counts from 0)', fmt(training['epoch'])))
+    if trained['epoch'] is not None:
+        rows.append(('epoch (timm counts from 0)', fmt(trained['epoch'])))
     if ev:
         where = f' on split `{ev["split"]}`' + (f' ({ev["subset"]} images, class-balanced)' if ev['subset'] else '')
-        whose = '' if ev['of_these_weights'] else f' (measured on {ev["measured_on"]}, not these)'
+        other = 'the weights without EMA' if ema else 'the EMA weights'
+        whose = '' if ev['of_these_weights'] else f' (measured on {other}, not these)'
         rows.append((f'eval {ev["metric"]}', fmt(ev['value']) + where + whose))
-    skip = {'dataset'} if data else set()
-    skip |= set() if args.get('model_ema') else {'model_ema_decay'}  # a decay is part of the recipe with an EMA
-    rows += [(f'`{k}`', fmt(args[k])) for k in _RECIPE_KEYS if args.get(k) not in (None, '') and k not in skip]
-    blocks = ['## Training', table(rows, ('field', 'value'))]
-    if args:
-        blocks.append('<details><summary>All training arguments (local folders left out)</summary>\n\n```json\n'
-                      + json.dumps(args, indent=2, sort_keys=True) + '\n```\n\n</details>')
-    else:
-        blocks.append('The checkpoint holds no training arguments, so the recipe is not known.')
-    return blocks
+    rows += [(f'`{k}`', fmt(v)) for k, v in trained['recipe'].items()]
+    unknown = [] if trained['recipe'] else ['The checkpoint holds no training arguments, so the recipe is not known.']
+    return ['## Training', table(rows, ('field', 'value'))] + unknown
 
 
-def _citation_blocks(ids: Sequence[str]) -> List[str]:
-    if not ids:
+def _citation_section(method: Optional[str], pretrained_cfg: Mapping[str, Any]) -> List[str]:
+    ids = next((list(ids) for name, ids in _METHOD_PAPERS.items() if (method or '').startswith(name)), [])
+    ids += [i for i in (p.split(':')[-1] for p in pretrained_cfg.get('paper_ids') or ()) if i not in ids]
+    papers = {i: _PAPERS[i] for i in ids if i in _PAPERS}
+    if not papers:
         return []
-    links = [f'- {PAPERS.get(pid, (pid, None))[0]}: https://arxiv.org/abs/{pid.split(":", 1)[-1]}' for pid in ids]
-    return ['## Citation', '\n'.join(links)] + [f'```bibtex\n{PAPERS[pid][1]}\n```' for pid in ids if pid in PAPERS]
+    links = [f'- {authors.split(",")[0]} et al., "{title}", {year}: https://arxiv.org/abs/{i}'
+             for i, (authors, title, year) in papers.items()]
+    bibtex = [f'```bibtex\n@article{{{authors.split(",")[0].lower()}{year},\n  title={{{title}}},\n  author={{{authors}}},'
+              f'\n  journal={{arXiv preprint arXiv:{i}}},\n  year={{{year}}}\n}}\n```'
+              for i, (authors, title, year) in papers.items()]
+    return ['## Citation', '\n'.join(links), *bibtex]
 
 
-def model_card(model: nn.Module, config: Mapping[str, Any], prov: Provenance, load_id: str) -> ModelCard:
-    """ The model card of an export whose config.json is `config`, loaded from `load_id`. """
-    record = prov.init_record or {}
-    method = record.get('method')
-    hub = load_id.startswith('hf-hub:')
-    title = load_id.split(':', 1)[1].split('@')[0].split('/')[-1] if hub else prov.model_name
-    init_text = f'{method} initialization' if method else "timm's default initialization (no structured init)"
-    state = 'trained weights' if prov.training is not None else \
+def model_card(model: nn.Module, config: Dict[str, Any], model_name: str, model_kwargs: Mapping[str, Any],
+               load_id: str) -> ModelCard:
+    """ The model card of an export whose config.json is `config`, loaded from `load_id`; `model_kwargs` (the
+    caller's) go into the command that writes an init again. """
+    own = config[CONFIG_KEY]
+    title = load_id.split(':', 1)[1].split('@')[0].split('/')[-1] if load_id.startswith('hf-hub:') else model_name
+    method = (own['struct_init'] or {}).get('method')
+    init = f'{method} initialization' if method else "timm's default initialization (no structured init)"
+    state = 'trained weights' if own['trained'] else \
         'initial weights, before any training: a run that loads them starts from exactly this point'
-    blocks = [f'# {title}', f'A timm Vision Transformer (`{prov.model_name}`) with {init_text}. These are the {state}.']
-    blocks += _load_blocks(config, prov, load_id, bool(getattr(model, 'sincos_pos_embed', False)))
-    blocks += _init_blocks(record, prov, len(getattr(model, 'blocks', ())))
-    blocks += _architecture_blocks(model, config)
-    blocks += _training_blocks(prov.training) if prov.training is not None else []
-    blocks += _citation_blocks(paper_ids(method, config.get('pretrained_cfg', {})))
-    front = card_data(config, prov, title).to_yaml()
-    return ModelCard(f'---\n{front}\n---\n\n' + '\n\n'.join(blocks) + '\n')
+    blocks = [f'# {title}', f'A timm Vision Transformer (`{model_name}`) with {init}. These are the {state}.']
+    blocks += _load_section(config, own, model_name, load_id, bool(getattr(model, 'sincos_pos_embed', False)))
+    blocks += _init_section(own, model_name, model_kwargs, len(getattr(model, 'blocks', ())))
+    blocks += _architecture_section(model, config, own)
+    blocks += _training_section(own['trained']) if own['trained'] else []
+    blocks += _citation_section(method, config['pretrained_cfg'])
+    return ModelCard(f'---\n{_card_data(config, own, title).to_yaml()}\n---\n\n' + '\n\n'.join(blocks) + '\n')

@@ -1,47 +1,39 @@
-""" config.json that plain timm can build, and the hook that lets the plugin rebuild its own registered model.
+""" A config.json that plain timm loads, and the hook that lets the plugin rebuild its own registered model.
 
-A package model is a timm `VisionTransformer` subclass whose state dict (the sin-cos table included, stored as
+A package model is a timm `VisionTransformer` subclass whose state dict (the fixed sin-cos table included, stored as
 `pos_embed`) loads strictly into timm's own `VisionTransformer` of the same geometry. An export therefore names a
-timm architecture (`vit_tiny_patch16_224`, ...) and the `model_args` that reproduce the geometry, and keeps what the
-plugin needs (the registered name and its own model_args) under the top-level `timm_structinit` key, which timm
-ignores. After `import timm_structinit`, `install_config_hook` makes timm's `local-dir:` / `hf-hub:` loader read that
-key, so the same `create_model` line gives the registered `StructVisionTransformer` (fixed sin-cos table, init record).
+timm architecture (`vit_tiny_patch16_224`, ...) with the `model_args` of that geometry, and keeps the registered name
+and its own model_args under the top-level `timm_structinit` key, which timm ignores. After `import timm_structinit`,
+`install_config_hook` makes timm's `local-dir:` / `hf-hub:` loader read that key, so the same `create_model` line
+builds the registered `StructVisionTransformer` (fixed sin-cos table, init record).
 """
+import inspect
 import logging
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import timm
 import torch
-from timm.models import VisionTransformer, is_model
+from timm.models import VisionTransformer, get_model_args, is_model
 from torch import nn
-
-from .checks import init_params, is_package_model
 
 _logger = logging.getLogger(__name__)
 
 # the key of config.json that holds the plugin's own fields
 CONFIG_KEY = 'timm_structinit'
-# arguments the plugin adds to timm's VisionTransformer, and those that change training but not the weights' use
-_PLUGIN_ONLY = {'struct_init', 'struct_init_kwargs', 'struct_init_seed', 'out_indices'}
-_NOT_ARCHITECTURE = {'weight_init', 'fix_init'}
+# arguments timm's VisionTransformer does not take from an export: the plugin's own, and init-only switches
+_NOT_PLAIN = {'struct_init', 'struct_init_kwargs', 'struct_init_seed', 'out_indices', 'weight_init', 'fix_init'}
 
 
 def _side(size: Tuple[int, int]) -> Any:
     return size[0] if size[0] == size[1] else list(size)
 
 
-def timm_architecture(model_name: str) -> str:
-    """ The timm ViT entrypoint an export of `model_name` names; model_args set every size it differs in. """
-    match = re.match(r'vit_(tiny|small|base|large)_', model_name)
-    return f'vit_{match.group(1) if match else "tiny"}_patch16_224'
-
-
-def plain_model_args(model: nn.Module, kwargs: Mapping[str, Any]) -> Dict[str, Any]:
-    """ timm `VisionTransformer` arguments that rebuild `model`'s geometry: read from the model, plus the
-    architecture arguments of `kwargs` (the caller's model_kwargs) that timm's class takes. """
-    timm_params = set(init_params(VisionTransformer)) - _PLUGIN_ONLY - _NOT_ARCHITECTURE
-    args = {k: v for k, v in kwargs.items() if k in timm_params and not k.endswith('drop_rate')}
+def plain_model_args(model: nn.Module) -> Dict[str, Any]:
+    """ timm `VisionTransformer` arguments for `model`'s geometry: the arguments it was created with that timm's
+    class takes, and every size read from the model itself (a registered variant sets them in its entrypoint). """
+    timm_params = inspect.signature(VisionTransformer.__init__).parameters
+    args = {k: v for k, v in get_model_args(model).items() if k in timm_params and k not in _NOT_PLAIN}
     if args.get('pos_embed') == 'sincos':
         del args['pos_embed']  # timm's learned table has the same shape; the export stores the fixed values
     args.update(
@@ -52,32 +44,32 @@ def plain_model_args(model: nn.Module, kwargs: Mapping[str, Any]) -> Dict[str, A
     return args
 
 
-def loads_in_plain_timm(model: nn.Module, architecture: str, model_args: Mapping[str, Any]) -> bool:
-    """ Whether timm's own `architecture` built with `model_args` loads `model`'s state dict strictly and computes
-    the same outputs (to 1e-6) on a random batch. """
+def loads_in_plain_timm(model: nn.Module, architecture: str, model_args: Dict[str, Any]) -> bool:
+    """ Whether timm's `architecture` built with `model_args` loads `model`'s state dict strictly and computes the
+    same outputs (to 1e-6) on a random batch. """
     was_training = model.training
     try:
         with torch.random.fork_rng(devices=[]):
             plain = timm.create_model(architecture, weight_init='skip', **model_args)
         plain.load_state_dict(model.state_dict(), strict=True)
-        size = (model.patch_embed.proj.in_channels, *model.patch_embed.img_size)
-        x = torch.randn(2, *size, generator=torch.Generator().manual_seed(0))
+        x = torch.randn(2, model.patch_embed.proj.in_channels, *model.patch_embed.img_size,
+                        generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
-            same = torch.allclose(plain.eval()(x), model.eval()(x), rtol=0, atol=1e-6)
+            return torch.allclose(plain.eval()(x), model.eval()(x), rtol=0, atol=1e-6)
     except (TypeError, ValueError, RuntimeError, AssertionError) as e:
         _logger.info(f'timm {architecture} cannot take these weights: {e}')
-        same = False
+        return False
     finally:
         model.train(was_training)
-    return same
 
 
-def plain_timm_config(model: nn.Module, model_name: str, kwargs: Mapping[str, Any]
-                      ) -> Optional[Tuple[str, Dict[str, Any]]]:
-    """ (timm architecture, model_args) under which plain timm loads `model` with identical outputs, or None. """
-    if not is_package_model(model_name) or not isinstance(model, VisionTransformer):
+def plain_timm_config(model: nn.Module, model_name: str) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """ (timm architecture, model_args) under which plain timm loads `model` with the same outputs, or None. """
+    if not isinstance(model, VisionTransformer) or type(model) is VisionTransformer:
         return None  # timm's own models are written as they are
-    architecture, args = timm_architecture(model_name), plain_model_args(model, kwargs)
+    # the size in the name is cosmetic: model_args set every size the weights have
+    match = re.match(r'vit_(tiny|small|base|large)_', model_name)
+    architecture, args = f'vit_{match.group(1) if match else "base"}_patch16_224', plain_model_args(model)
     if loads_in_plain_timm(model, architecture, args):
         return architecture, args
     _logger.warning(f'{model_name} with these model_kwargs has no plain timm equivalent; the export needs '
@@ -93,16 +85,27 @@ def _plugin_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return cfg
 
 
-def install_config_hook() -> None:
+def install_config_hook() -> bool:
     """ Let timm's `local-dir:` and `hf-hub:` loads build the registered model an export names in its plugin fields.
 
-    Both loaders parse config.json with `timm.models._hub._parse_model_cfg`; it is wrapped once. Exports without
-    plugin fields, and every other model, are parsed exactly as before.
+    Both loaders parse config.json with timm's private `timm.models._hub._parse_model_cfg(cfg, extra_fields)`; it
+    is wrapped once, and every config without plugin fields is parsed exactly as before. If a timm release lacks the
+    function or changed its arguments, nothing is wrapped and a warning says so: exports then load as timm's own
+    `VisionTransformer`, with the same weights and outputs. Returns whether the hook is in place.
     """
     from timm.models import _hub
     parse = getattr(_hub, '_parse_model_cfg', None)
-    if parse is None or getattr(parse, '_timm_structinit', False):
-        return
+    if getattr(parse, '_timm_structinit', False):
+        return True
+    try:
+        params = list(inspect.signature(parse).parameters)
+    except (TypeError, ValueError):  # missing, or not a plain function
+        params = None
+    if params != ['cfg', 'extra_fields']:
+        _logger.warning(
+            f'timm {timm.__version__} has no timm.models._hub._parse_model_cfg(cfg, extra_fields): exports load as '
+            f"timm's VisionTransformer (same weights and outputs), not as the registered timm_structinit model")
+        return False
 
     def parse_model_cfg(cfg, *args, **kwargs):
         return parse(_plugin_config(cfg), *args, **kwargs)
@@ -110,3 +113,4 @@ def install_config_hook() -> None:
     parse_model_cfg._timm_structinit = True
     parse_model_cfg.__wrapped__ = parse
     _hub._parse_model_cfg = parse_model_cfg
+    return True
