@@ -6,11 +6,11 @@ card. Plain timm loads it, `timm.create_model('local-dir:DIR', pretrained=True)`
 (see `plain_timm`). Uploads use huggingface_hub with the token it finds itself (`HF_TOKEN` or `hf auth login`).
 """
 from .card import kwargs_cli as _kwargs_cli, model_card
-from .export import (EXPORT_FILES, HubError, PushResult, build_model, export_model, list_export_files, load_lines,
-                     push_model, state_dict_mismatch)
+from .export import EXPORT_FILES, HubError, PushResult, build_model, export_model, list_export_files, push_model, \
+    state_dict_mismatch
 from .plain_timm import install_config_hook
 
-__all__ = ['HubError', 'PushResult', 'build_model', 'export_model', 'push_model', 'list_export_files', 'load_lines',
+__all__ = ['HubError', 'PushResult', 'build_model', 'export_model', 'push_model', 'list_export_files',
            'EXPORT_FILES', 'state_dict_mismatch', 'model_card', 'install_config_hook']
 
 install_config_hook()

@@ -86,8 +86,8 @@ def _load_section(config: Mapping[str, Any], own: Mapping[str, Any], model_name:
         return ['## How to load', f'timm knows `{model_name}` only after `timm_structinit` is imported (timm has no '
                 'plugin discovery), so import it before creating the model:', plugin, needs]
     gains = ['a frozen sin-cos table, regenerated rather than interpolated at other input sizes'] if sincos else []
-    gains += [] if own['trained'] else [f'after `torch.manual_seed({own["seed"]})` and without `pretrained=True`, '
-                                        'the same weights drawn again']
+    gains += [] if own['trained'] else [f'after `torch.manual_seed({own["seed"]})`, the line without '
+                                        '`pretrained=True` draws these weights again']
     return [
         '## How to load',
         f'Plain timm builds `{config["architecture"]}` with the `model_args` of config.json (a `VisionTransformer` of '
@@ -121,10 +121,6 @@ def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping
     if method:
         blocks += ['Hyperparameters (every field of the init config):',
                    table([(f'`{k}`', fmt(v)) for k, v in record['cfg'].items()], ('name', 'value'))]
-    extra = {k: v for k, v in record.items() if k not in {'method', 'seed', 'cfg', 'solver', 'objective_mean',
-                                                          *per_layer}}
-    if extra:
-        blocks += ['Init record:', table([(f'`{k}`', fmt(v)) for k, v in extra.items()], ('entry', 'value'))]
     if per_layer:
         rows = [(str(i), *(fmt(v[i]) for v in per_layer.values())) for i in range(num_layers)]
         blocks += ["Per layer, one value per head (the solver's results):", table(rows, ('layer', *per_layer))]

@@ -29,17 +29,14 @@ _logger = logging.getLogger(__name__)
 PathLike = Union[str, os.PathLike]
 # what an export folder holds, in the order a dry run lists it
 EXPORT_FILES = ('config.json', 'model.safetensors', 'README.md')
-# create_model arguments that export sets itself
-_RESERVED_KWARGS = ('pretrained', 'pretrained_cfg', 'checkpoint_path', 'features_only')
 # training arguments a card lists as the recipe: none names a local folder or holds a credential
 _RECIPE_KEYS = (
     'train_split', 'val_split', 'train_subset', 'val_subset', 'model', 'model_kwargs', 'num_classes', 'img_size',
     'input_size', 'epochs', 'batch_size', 'opt', 'lr', 'weight_decay', 'momentum', 'layer_decay', 'sched',
     'warmup_epochs', 'warmup_lr', 'min_lr', 'clip_grad', 'smoothing', 'aa', 'reprob', 'mixup', 'cutmix', 'drop',
     'drop_path', 'model_ema', 'model_ema_decay', 'amp', 'seed')
-# Hub dataset ids of the torchvision datasets a run can name as torch/NAME
-_HUB_DATASETS = {'torch/cifar10': 'uoft-cs/cifar10', 'torch/cifar100': 'uoft-cs/cifar100', 'torch/mnist': 'ylecun/mnist',
-                 'torch/fashion_mnist': 'zalando-datasets/fashion_mnist', 'svhn': 'ufldl-stanford/svhn'}
+# Hub dataset ids of the torchvision datasets a run can name
+_HUB_DATASETS = {'torch/cifar10': 'uoft-cs/cifar10', 'torch/cifar100': 'uoft-cs/cifar100', 'svhn': 'ufldl-stanford/svhn'}
 
 
 class HubError(RuntimeError):
@@ -70,7 +67,7 @@ def _check_model_kwargs(model_name: str, model_kwargs: Any) -> Dict[str, Any]:
     if not isinstance(model_kwargs, (Mapping, type(None))) or not all(isinstance(k, str) for k in model_kwargs or {}):
         raise ValueError(f'model_kwargs must be a dict with string keys, got {model_kwargs!r}')
     kwargs = dict(model_kwargs or {})
-    for key in kwargs.keys() & set(_RESERVED_KWARGS):
+    for key in kwargs.keys() & {'pretrained', 'pretrained_cfg', 'checkpoint_path', 'features_only'}:
         raise ValueError(f'model_kwargs may not set {key!r}: export builds the model itself (trained weights come '
                          f'from checkpoint= / --checkpoint) and writes the registered pretrained_cfg')
     if _is_package_model(model_name):  # timm's own models check their arguments themselves
@@ -305,16 +302,14 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
 
     Args:
         model_name: a registered model, e.g. 'vit_tiny_patch2_32_mimetic'.
-        out_dir: the export folder; a non-empty one is refused unless `force`.
+        out_dir: the export folder; a non-empty one is replaced only with `force`, once the new export is complete.
         seed: seeds torch's global generator and `struct_init_seed`, so every weight is reproducible.
-        model_kwargs: architecture / init arguments passed to `timm.create_model`.
+        model_kwargs: arguments passed to `timm.create_model`.
         checkpoint: trained weights (timm checkpoint, state dict or safetensors) to export instead of the init.
         use_ema: export the checkpoint's EMA weights.
-        force: replace the content of a non-empty `out_dir`, once the new export is complete.
         repo_id: the Hub repo the export is meant for; the model card then loads it from `hf-hub:repo_id`.
 
-    The export is staged next to `out_dir` and renamed into place, so `out_dir` never holds a partial export.
-    Invalid arguments raise ValueError (FileExistsError for a non-empty target) before anything is built.
+    Bad arguments raise ValueError (FileExistsError for a non-empty target) before anything is built.
     """
     target = Path(out_dir).expanduser()
     kwargs = _check_build_args(model_name, seed, model_kwargs, checkpoint, use_ema)
@@ -341,16 +336,6 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
 def list_export_files(folder: PathLike) -> List[Tuple[str, int]]:
     """ (name, size in bytes) of the export files in `folder`, in EXPORT_FILES order. """
     return [(name, (Path(folder) / name).stat().st_size) for name in EXPORT_FILES if (Path(folder) / name).is_file()]
-
-
-def load_lines(folder: PathLike) -> List[str]:
-    """ How to load the export in `folder`, one line per way: plain timm first when it can. """
-    registered = json.loads((Path(folder) / 'config.json').read_text(encoding='utf-8'))[CONFIG_KEY].get('architecture')
-    create = f'timm.create_model("local-dir:{os.fspath(folder)}", pretrained=True)'
-    plugin = f'import timm, timm_structinit; {create}'
-    if registered is None:
-        return [f'load it with: {plugin}']
-    return [f'load it in plain timm: import timm; {create}', f'or as the registered {registered}: {plugin}']
 
 
 def push_model(model_name: str, repo_id: str, seed: int = 0, model_kwargs: Optional[Mapping[str, Any]] = None,

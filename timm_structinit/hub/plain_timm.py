@@ -1,11 +1,9 @@
 """ A config.json that plain timm loads, and the hook that lets the plugin rebuild its own registered model.
 
-A package model is a timm `VisionTransformer` subclass whose state dict (the fixed sin-cos table included, stored as
-`pos_embed`) loads strictly into timm's own `VisionTransformer` of the same geometry. An export therefore names a
-timm architecture (`vit_tiny_patch16_224`, ...) with the `model_args` of that geometry, and keeps the registered name
-and its own model_args under the top-level `timm_structinit` key, which timm ignores. After `import timm_structinit`,
-`install_config_hook` makes timm's `local-dir:` / `hf-hub:` loader read that key, so the same `create_model` line
-builds the registered `StructVisionTransformer` (fixed sin-cos table, init record).
+A package model's state dict (the fixed sin-cos table included, as `pos_embed`) loads strictly into timm's own
+`VisionTransformer` of the same geometry. An export therefore names a timm architecture with the `model_args` of that
+geometry, and keeps the registered name and its model_args under the top-level `timm_structinit` key, which timm
+ignores and `install_config_hook` reads.
 """
 import inspect
 import logging
@@ -86,12 +84,12 @@ def _plugin_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def install_config_hook() -> bool:
-    """ Let timm's `local-dir:` and `hf-hub:` loads build the registered model an export names in its plugin fields.
+    """ Let timm's `local-dir:` / `hf-hub:` loads build the registered model an export names in its plugin fields.
 
-    Both loaders parse config.json with timm's private `timm.models._hub._parse_model_cfg(cfg, extra_fields)`; it
-    is wrapped once, and every config without plugin fields is parsed exactly as before. If a timm release lacks the
-    function or changed its arguments, nothing is wrapped and a warning says so: exports then load as timm's own
-    `VisionTransformer`, with the same weights and outputs. Returns whether the hook is in place.
+    Both loaders parse config.json with timm's private `timm.models._hub._parse_model_cfg(cfg, extra_fields)`, which
+    is wrapped once; configs without plugin fields parse as before. A timm without that function, or with other
+    arguments, is left alone with a warning: exports then load as timm's own `VisionTransformer` (same weights and
+    outputs). Returns whether the hook is in place.
     """
     from timm.models import _hub
     parse = getattr(_hub, '_parse_model_cfg', None)
