@@ -41,8 +41,7 @@ def fmt(value: Any) -> str:
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
-    # a '|' inside a cell would end it
-    return '\n'.join('| ' + ' | '.join(str(c).replace('|', '\\|') for c in row) + ' |'
+    return '\n'.join('| ' + ' | '.join(str(c).replace('|', '\\|') for c in row) + ' |'  # a bare '|' ends a cell
                      for row in [header, ['---'] * len(header), *rows])
 
 
@@ -112,11 +111,9 @@ def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping
                      if 'seed' in record else 'not recorded in the checkpoint (struct_init_seed was not fixed)'))
     per_layer = {k: v for k, v in record.items() if isinstance(v, list) and num_layers > 0 and len(v) == num_layers
                  and all(isinstance(x, list) for x in v)}
-    if 'solver' in record:
-        rows.append(('solver', fmt(record['solver'])))
-    if 'objective_mean' in record:
-        where = ', per layer below' if 'objective' in per_layer else ''
-        rows.append(('final objective', f'{fmt(record["objective_mean"])} (mean over heads{where})'))
+    rows += [('solver', fmt(record['solver']))] if 'solver' in record else []
+    rows += [('final objective', f'{fmt(record["objective_mean"])} (mean over heads'
+              + (', per layer below)' if 'objective' in per_layer else ')'))] if 'objective_mean' in record else []
     blocks = ['## Initialization', table(rows, ('field', 'value'))]
     if method:
         blocks += ['Hyperparameters (every field of the init config):',
@@ -140,8 +137,7 @@ def _architecture_section(model: nn.Module, config: Mapping[str, Any], own: Mapp
     rows += [('parameters', f'{sum(p.numel() for p in model.parameters()):,}'),
              ('input size', 'x'.join(str(s) for s in pcfg['input_size'])),
              ('normalization', f'mean {fmt(pcfg["mean"])}, std {fmt(pcfg["std"])}')]
-    if config.get('label_names'):
-        rows.append(('class names', fmt(config['label_names'])))
+    rows += [('class names', fmt(config['label_names']))] if config.get('label_names') else []
     if getattr(model, 'sincos_pos_embed', False):
         rows.append(('position embedding', 'fixed 2D sin-cos (frozen, stored with the weights as `pos_embed`)'))
     return ['## Architecture', table(rows, ('field', 'value'))]
@@ -175,8 +171,8 @@ def _citation_section(method: Optional[str], pretrained_cfg: Mapping[str, Any]) 
         return []
     links = [f'- {authors.split(",")[0]} et al., "{title}", {year}: https://arxiv.org/abs/{i}'
              for i, (authors, title, year) in papers.items()]
-    bibtex = [f'```bibtex\n@article{{{authors.split(",")[0].lower()}{year},\n  title={{{title}}},\n  author={{{authors}}},'
-              f'\n  journal={{arXiv preprint arXiv:{i}}},\n  year={{{year}}}\n}}\n```'
+    bibtex = [f'```bibtex\n@article{{{authors.split(",")[0].lower()}{year},\n  title={{{title}}},\n'
+              f'  author={{{authors}}},\n  journal={{arXiv preprint arXiv:{i}}},\n  year={{{year}}}\n}}\n```'
               for i, (authors, title, year) in papers.items()]
     return ['## Citation', '\n'.join(links), *bibtex]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+import safetensors
 import timm
 import torch
 from timm.models import VisionTransformer, get_model_args, is_model, load_state_dict, model_entrypoint, save_for_hf
@@ -36,7 +37,8 @@ _RECIPE_KEYS = (
     'warmup_epochs', 'warmup_lr', 'min_lr', 'clip_grad', 'smoothing', 'aa', 'reprob', 'mixup', 'cutmix', 'drop',
     'drop_path', 'model_ema', 'model_ema_decay', 'amp', 'seed')
 # Hub dataset ids of the torchvision datasets a run can name
-_HUB_DATASETS = {'torch/cifar10': 'uoft-cs/cifar10', 'torch/cifar100': 'uoft-cs/cifar100', 'svhn': 'ufldl-stanford/svhn'}
+_HUB_DATASETS = {'torch/cifar10': 'uoft-cs/cifar10', 'torch/cifar100': 'uoft-cs/cifar100',
+                 'svhn': 'ufldl-stanford/svhn'}
 
 
 class HubError(RuntimeError):
@@ -322,7 +324,6 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
         load_id = _portable(load_id)
     # checked again before the swap: the folder may have been filled while the export ran
     with atomic_dir(target.resolve(), before_replace=lambda _: _check_target(target, force)) as staging:
-        import safetensors
         try:
             _write_export(model, staging, model_name, info, load_id)
         except (OSError, safetensors.SafetensorError) as e:
