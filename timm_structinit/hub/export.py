@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+import huggingface_hub
 import safetensors
 import timm
 import torch
@@ -108,11 +109,10 @@ def _check_build_args(model_name: Any, seed: Any, model_kwargs: Any, checkpoint:
 
 
 def _check_push_args(repo_id: Any, revision: Any = None, commit_message: Any = None) -> None:
-    from huggingface_hub.utils import validate_repo_id
     if not isinstance(repo_id, str) or repo_id.count('/') != 1:
         raise ValueError(f'repo id {repo_id!r} must have the form ORG/NAME (a user or organization, then a name)')
     try:
-        validate_repo_id(repo_id)
+        huggingface_hub.utils.validate_repo_id(repo_id)
     except ValueError as e:  # HFValidationError
         raise ValueError(f'repo id {repo_id!r} is not valid: {_one_line(e)}') from None
     for name, value in (('revision', revision), ('commit_message', commit_message)):
@@ -170,7 +170,7 @@ def _read_checkpoint(path: Path, use_ema: bool) -> Tuple[Dict[str, torch.Tensor]
             and isinstance(ckpt.get(k), dict) and (use_ema or 'ema' not in k)] or ['state dict']
     if use_ema and 'ema' not in keys[0]:  # timm's loader would fall back to the weights without EMA
         raise ValueError(f'use_ema=True (--use-ema), but checkpoint {path} has no EMA weights')
-    meta = ckpt if keys[0] != 'state dict' else {}
+    meta = ckpt if keys[0] != 'state dict' else {}  # a plain state dict: its keys are weights, not metadata
     args = vars(meta['args']) if isinstance(meta.get('args'), argparse.Namespace) else meta.get('args')
     return state_dict, dict(weights=keys[0], arch=meta.get('arch'), epoch=meta.get('epoch'),
                             metric=meta.get('metric'), args=dict(args) if isinstance(args, Mapping) else {})
@@ -231,8 +231,7 @@ def _label_names(args: Mapping[str, Any], num_classes: int) -> Optional[List[str
 
 def _build(model_name: str, seed: int, kwargs: Dict[str, Any], checkpoint: Optional[PathLike],
            use_ema: bool) -> Tuple[nn.Module, Dict[str, Any]]:
-    """ The model from checked arguments, and what an export records of it: the plugin fields of config.json
-    (`own`), the training run's arguments and the caller's model_kwargs. """
+    """ The model, the plugin fields of its config.json (`own`), its training run's arguments, the caller's kwargs. """
     info = {'args': {}, 'model_kwargs': kwargs}
     if checkpoint is not None:
         path = Path(checkpoint).expanduser()
@@ -272,9 +271,8 @@ def _build(model_name: str, seed: int, kwargs: Dict[str, Any], checkpoint: Optio
 
 def build_model(model_name: str, seed: int = 0, model_kwargs: Optional[Mapping[str, Any]] = None,
                 checkpoint: Optional[PathLike] = None, use_ema: bool = False) -> nn.Module:
-    """ Build `model_name` as an export writes it: seeded init (torch's global generator, restored afterwards, and
-    `struct_init_seed`), or the strictly loaded weights of a trained checkpoint, with the architecture arguments
-    its training run recorded as defaults under `model_kwargs`. """
+    """ Build `model_name` as an export writes it: seeded init (see `export_model`), or the strictly loaded weights
+    of a trained checkpoint, with the arguments its training run recorded as defaults under `model_kwargs`. """
     kwargs = _check_build_args(model_name, seed, model_kwargs, checkpoint, use_ema)
     return _build(model_name, seed, kwargs, checkpoint, use_ema)[0]
 
@@ -330,7 +328,6 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
             reason = getattr(e, 'strerror', None) or _one_line(e)
             raise OSError(getattr(e, 'errno', None), f'cannot write the export to {target}: {reason}; nothing was '
                                                      f'written') from None
-    _logger.info(f'Exported {model_name} to {target}')
     return target
 
 
@@ -352,14 +349,11 @@ def push_model(model_name: str, repo_id: str, seed: int = 0, model_kwargs: Optio
     """
     kwargs = _check_build_args(model_name, seed, model_kwargs, checkpoint, use_ema)
     _check_push_args(repo_id, revision, commit_message)
-    if not dry_run:  # before the export, so a missing login costs nothing
-        import huggingface_hub
-        token = token or huggingface_hub.get_token()
-        if not token:
-            raise HubError('no Hugging Face token found: set HF_TOKEN or run `hf auth login`, then push again')
+    token = token or (None if dry_run else huggingface_hub.get_token())
+    if not dry_run and not token:  # before the export, so a missing login costs nothing
+        raise HubError('no Hugging Face token found: set HF_TOKEN or run `hf auth login`, then push again')
     model, info = _build(model_name, seed, kwargs, checkpoint, use_ema)
-    method = (info['own']['struct_init'] or {}).get('method')
-    init = f'{method} init' if method else 'timm init'
+    init = f'{(info["own"]["struct_init"] or {}).get("method") or "timm"} init'
     commit_message = commit_message or f'Add {model_name} ' + (
         f'trained from {init}' if info['own']['trained'] else f'({init}, seed {seed})')
     with tempfile.TemporaryDirectory(prefix='timm_structinit_push_') as folder:
@@ -371,8 +365,7 @@ def push_model(model_name: str, repo_id: str, seed: int = 0, model_kwargs: Optio
 
 
 def _upload(folder: Path, repo_id: str, token: str, private: bool, revision: Optional[str], message: str) -> str:
-    from huggingface_hub import HfApi
-    api = HfApi(token=token, library_name='timm_structinit', library_version=__version__)
+    api = huggingface_hub.HfApi(token=token, library_name='timm_structinit', library_version=__version__)
     try:
         api.create_repo(repo_id, repo_type='model', private=private, exist_ok=True)
         if revision not in (None, 'main') and not revision.startswith('refs/'):
