@@ -5,6 +5,7 @@ test), and the token is a fake one set through HF_TOKEN.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,12 @@ import pytest
 import timm
 import timm.models._hub as timm_hub
 import torch
-from huggingface_hub import errors as hf_errors
+from huggingface_hub import ModelCard, errors as hf_errors, metadata_load
 
 import timm_structinit  # noqa: F401  registers the models
 from timm_structinit import cli, hub
+from timm_structinit.hub import export as hub_export, plain_timm
+from timm_structinit.hub.card import fmt
 
 MIMETIC = 'vit_tiny_patch2_32_mimetic'
 IMPULSE = 'vit_tiny_patch2_32_impulse3'
@@ -122,19 +125,25 @@ def test_export_mimetic_loads_bit_identical(tmp_path):
     assert torch.equal(fresh.blocks[0].attn.qkv.weight, reference.blocks[0].attn.qkv.weight)
 
     config = json.loads((folder / 'config.json').read_text())
-    assert config['architecture'] == MIMETIC
+    # plain timm's architecture and geometry; the registered name and its own arguments for the plugin
+    assert config['architecture'] == 'vit_tiny_patch16_224'
     assert config['num_classes'] == 10 and config['num_features'] == 32
-    assert {k: config['model_args'][k] for k in TINY} == TINY and config['model_args']['struct_init_seed'] == 7
+    assert {k: config['model_args'][k] for k in TINY} == TINY and 'struct_init_seed' not in config['model_args']
+    own = config['timm_structinit']
+    assert own['architecture'] == MIMETIC and own['model_args']['struct_init_seed'] == 7
     assert config['pretrained_cfg']['input_size'] == [3, 32, 32]
-    assert config['timm_structinit']['struct_init'] == json.loads(json.dumps(reference.struct_init_record))
+    assert own['struct_init'] == json.loads(json.dumps(reference.struct_init_record))
 
     card = (folder / 'README.md').read_text()
-    assert 'import timm_structinit' in card
-    assert card.index('import timm_structinit') < card.index('timm.create_model(')
-    assert f'timm.create_model("local-dir:{tmp_path / "out"}", pretrained=True)' in card
+    # the plain timm line first, then the plugin's: its import comes before its create_model line
+    plain = card.index('```python\nimport timm\n\nmodel = timm.create_model(')
+    plugin = card.index('import timm_structinit')
+    assert plain < plugin < card.index('timm.create_model(', plugin)
+    assert card.count(f'timm.create_model("local-dir:{tmp_path / "out"}", pretrained=True)') == 2
     assert '`mimetic`' in card and 'struct_init_seed 7' in card and '7 (`torch.manual_seed`)' in card
     for name, value in reference.struct_init_record['cfg'].items():
-        assert f'| `{name}` |' in card, name
+        assert f'| `{name}` | {fmt(value)} |' in card, name
+    assert '| `qk` | True |' in card and '| `vproj_sign` | -1 |' in card
     assert 'https://arxiv.org/abs/2305.09828' in card and 'Trockman' in card
     assert 'before any training' in card and '## Training' not in card
 
@@ -155,23 +164,28 @@ def test_export_is_reproducible_and_the_card_command_recreates_it(tmp_path, caps
 
 
 def test_export_impulse_loads_bit_identical(tmp_path):
-    if IMPULSE not in timm.list_models():
-        pytest.skip(f'{IMPULSE} is not registered yet')
-    folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=TINY)
+    knobs = dict(content='orthogonal', layer_inputs='propagated', svd_rtol=0.05, pos_embed_scale=2.0)
+    kwargs = dict(TINY, struct_init_kwargs=knobs)
+    folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=kwargs)
     torch.manual_seed(1)
-    reference = timm.create_model(IMPULSE, struct_init_seed=1, **TINY)
+    reference = timm.create_model(IMPULSE, struct_init_seed=1, **kwargs)
     loaded = _assert_loads_identical(folder, reference.state_dict())
-    assert not loaded.pos_embed.requires_grad or not getattr(loaded, 'sincos_pos_embed', False)
+    # the registered model comes back: average pooling, no class token, a frozen sin-cos table
+    assert isinstance(loaded, timm_structinit.StructVisionTransformer)
+    assert loaded.sincos_pos_embed and not loaded.pos_embed.requires_grad
+    assert loaded.cls_token is None and loaded.global_pool == 'avg'
     record = reference.struct_init_record
     card = (folder / 'README.md').read_text()
     assert f'`{record["method"]}`' in card
     for name in record['cfg']:
         assert f'| `{name}` |' in card, name
-    assert f'| solver | {hub._fmt(record["solver"])} |' in card and '| final objective |' in card
+    for name, value in knobs.items():  # the init's newer knobs, with the values the export used
+        assert f'| `{name}` | {fmt(value)} |' in card, name
+    assert f'| solver | {fmt(record["solver"])} |' in card and '| final objective |' in card
     for name in ('objective', 'offsets'):  # per layer, or a single value
         values = record[name] if isinstance(record[name], list) else [record[name]]
         for value in values:
-            assert hub._fmt(value) in card, (name, value)
+            assert fmt(value) in card, (name, value)
     for paper in ('2404.01139', '2505.19985'):
         assert f'https://arxiv.org/abs/{paper}' in card
 
@@ -223,6 +237,11 @@ def test_export_trained_checkpoint(tmp_path):
     config = json.loads((folder / 'config.json').read_text())
     assert config['num_classes'] == 5 and config['model_args']['num_classes'] == 5
     assert config['timm_structinit']['trained']['epoch'] == 11
+    # torchvision's CIFAR-10 is a Hub dataset; the metric of these weights on it is the model-index entry
+    data = ModelCard.load(folder / 'README.md').data
+    assert data.datasets == ['uoft-cs/cifar10']
+    (result,) = data.eval_results
+    assert (result.dataset_type, result.dataset_split, result.metric_value) == ('uoft-cs/cifar10', 'validation', 61.25)
 
 
 def test_trained_from_shared_weights_says_so(tmp_path):
@@ -230,13 +249,27 @@ def test_trained_from_shared_weights_says_so(tmp_path):
     card = (hub.export_model(MIMETIC, tmp_path / 'out', checkpoint=tmp_path / 'last.pth.tar') / 'README.md').read_text()
     assert '| initial weights | loaded from `local-dir:exports/tiny-init` with pretrained=True' in card
     assert 'not recorded in the checkpoint' not in card
+    assert ModelCard(card).data.base_model is None  # a local folder is no Hub base model
+
+    _trained_checkpoint(tmp_path / 'abs.pth.tar', model=f'local-dir:{tmp_path}/exports/tiny-init', pretrained=True)
+    card = (hub.export_model(MIMETIC, tmp_path / 'abs', checkpoint=tmp_path / 'abs.pth.tar') / 'README.md').read_text()
+    assert '| initial weights | loaded from `local-dir:tiny-init` with pretrained=True' in card
+    assert str(tmp_path) not in card
+
+    _trained_checkpoint(tmp_path / 'hub.pth.tar', model='hf-hub:some-org/tiny-init@v1', pretrained=True)
+    card = hub.export_model(MIMETIC, tmp_path / 'hub', checkpoint=tmp_path / 'hub.pth.tar') / 'README.md'
+    assert ModelCard.load(card).data.base_model == 'some-org/tiny-init'
 
 
 def test_export_trained_checkpoint_ema_and_plain_state_dict(tmp_path):
     ema = _trained_checkpoint(tmp_path / 'ckpt.pth', ema=True)
     folder = hub.export_model(MIMETIC, tmp_path / 'ema', checkpoint=tmp_path / 'ckpt.pth', use_ema=True)
     _assert_loads_identical(folder, ema)
-    assert '`state_dict_ema` (EMA)' in (folder / 'README.md').read_text()
+    card = (folder / 'README.md').read_text()
+    assert '`state_dict_ema` (EMA)' in card
+    # the run kept no EMA, so its metric is not these weights': shown as such, and no model-index claims it
+    assert '| eval top1 | 61.25 on split `validation` (measured on the weights without EMA, not these) |' in card
+    assert ModelCard(card).data.eval_results is None
 
     torch.save(ema, tmp_path / 'plain.pth')
     folder = hub.export_model(
@@ -270,6 +303,231 @@ def test_hf_hub_load_is_bit_identical(tmp_path, monkeypatch):
     assert _state_dicts_identical(model.state_dict(), _exported_weights(folder))
     assert {(r, f) for r, f, _ in requested} == {(REPO, 'config.json'), (REPO, 'model.safetensors')}
     assert f'timm.create_model("hf-hub:{REPO}", pretrained=True)' in (folder / 'README.md').read_text()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# checkpoints that load in plain timm
+
+
+# python code run as `python -c`: this package cannot be imported, so timm is on its own
+_PLAIN_TIMM = """
+import importlib.abc, sys
+
+class NoPlugin(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'timm_structinit':
+            raise ImportError(f'{name} is blocked: plain timm only')
+
+sys.meta_path.insert(0, NoPlugin())
+try:
+    import timm_structinit
+    raise SystemExit('timm_structinit could be imported')
+except ImportError:
+    pass
+import safetensors.torch, timm, timm.models._hub, torch
+from huggingface_hub.errors import EntryNotFoundError
+
+inputs = torch.load(sys.argv[1])
+repos = {f'test-org/export-{i}': folder for i, folder in enumerate(inputs)}
+
+def download(repo_id, filename, revision=None, cache_dir=None, **kwargs):  # the Hub, served from the export folders
+    path = f'{repos[repo_id]}/{filename}'
+    try:
+        open(path).close()
+    except FileNotFoundError:
+        raise EntryNotFoundError(filename) from None
+    return path
+
+timm.models._hub.hf_hub_download = download
+results = {}
+for repo_id, folder in repos.items():
+    for source in (f'local-dir:{folder}', f'hf-hub:{repo_id}'):
+        model = timm.create_model(source, pretrained=True).eval()
+        model.load_state_dict(safetensors.torch.load_file(f'{folder}/model.safetensors'), strict=True)
+        with torch.no_grad():
+            logits = model(inputs[folder])
+        results[folder, source.split(':')[0]] = dict(
+            logits=logits, cls=type(model).__name__, label_names=model.pretrained_cfg.get('label_names'))
+torch.save(results, sys.argv[2])
+"""
+
+# every registered family and init: learned PE, sin-cos with a class token, average pool + sin-cos, mimetic (also
+# V/proj only), impulse 3x3 / 5x5 (also content-orthogonal with propagated layer inputs), impulse2025 on a learned
+# table scaled x18, other widths in the name, 224x224 / 16 with random offsets
+FAMILIES = [
+    ('vit_tiny_patch2_32', TINY),
+    ('vit_tiny_patch2_32_sincos', TINY),
+    ('vit_tiny_patch2_32_gap_sincos', TINY),
+    (MIMETIC, TINY),
+    ('vit_small_patch2_32_mimetic', dict(TINY, struct_init_kwargs={'qk': False})),
+    (IMPULSE, TINY),
+    ('vit_tiny_patch2_32_impulse5', dict(TINY, patch_size=4)),
+    (IMPULSE, dict(TINY, struct_init_kwargs={'content': 'orthogonal', 'layer_inputs': 'propagated', 'svd_rtol': 0.05})),
+    ('vit_tiny_patch2_32', dict(TINY, struct_init='impulse2025')),
+    ('vit_tiny_patch16_224_mimetic', dict(embed_dim=32, depth=1, num_heads=2)),
+    ('vit_base_patch16_224_impulse3', dict(embed_dim=32, depth=1, num_heads=2)),
+]
+CLASSES = ['cat', 'dog', 'frog', 'ship', 'truck']
+
+
+def _image_folder(root: Path, classes) -> Path:
+    from PIL import Image
+    for split in ('train', 'test'):
+        for i, name in enumerate(classes):
+            (root / split / name).mkdir(parents=True)
+            Image.new('RGB', (8, 8), (40 * i, 0, 0)).save(root / split / name / '0.png')
+    return root
+
+
+def _trained_on_folder(tmp_path: Path) -> Path:
+    """ A training checkpoint of a run on an image folder of CLASSES, its paths all under tmp_path. """
+    data = _image_folder(tmp_path / 'data', CLASSES)
+    path = tmp_path / 'runs' / 'tiny' / 'model_best.pth.tar'
+    path.parent.mkdir(parents=True)
+    _trained_checkpoint(path, dataset='', data_dir=str(data), output=str(tmp_path / 'runs'), train_split='train',
+                        val_split='test', val_subset=20, eval_metric='top1', config=str(tmp_path / 'tiny.yaml'))
+    return path
+
+
+def test_exports_load_in_plain_timm_with_the_same_outputs(tmp_path):
+    exports, seeds = {}, {}  # folder -> the model export wrote, and its seed
+    for i, (name, kwargs) in enumerate(FAMILIES):
+        folder = hub.export_model(name, tmp_path / f'{i}-{name}', seed=i, model_kwargs=kwargs)
+        exports[folder], seeds[folder] = hub.build_model(name, seed=i, model_kwargs=kwargs), i
+        config = json.loads((folder / 'config.json').read_text())
+        plain_args = json.dumps(config['model_args'])  # timm's own arguments only
+        assert 'struct_init' not in plain_args and 'sincos' not in plain_args, folder
+    checkpoint = _trained_on_folder(tmp_path)
+    trained = hub.export_model(MIMETIC, tmp_path / 'trained', checkpoint=checkpoint)
+    exports[trained] = hub.build_model(MIMETIC, checkpoint=checkpoint)
+    generator = torch.Generator().manual_seed(0)
+    inputs = {str(f): torch.randn(2, 3, *m.patch_embed.img_size, generator=generator) for f, m in exports.items()}
+    torch.save(inputs, tmp_path / 'inputs.pt')
+
+    proc = subprocess.run([sys.executable, '-c', _PLAIN_TIMM, str(tmp_path / 'inputs.pt'), str(tmp_path / 'out.pt')],
+                          capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    assert proc.returncode == 0, proc.stderr
+    plain = torch.load(tmp_path / 'out.pt')
+    assert len(plain) == 2 * len(exports)
+    for folder, model in exports.items():
+        x = inputs[str(folder)]
+        with torch.no_grad():
+            expected = model.eval()(x)
+        for source in ('local-dir', 'hf-hub'):
+            result = plain[str(folder), source]
+            assert result['cls'] == 'VisionTransformer', (folder, source)
+            assert torch.allclose(result['logits'], expected, rtol=0, atol=1e-6), (folder, source)
+        # with the plugin, the same line gives the registered model: same class, table, init record and outputs
+        # (an init solved on propagated layer inputs depends on the other weights too: seeded as the export was)
+        torch.manual_seed(seeds.get(folder, 0))
+        loaded = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
+        assert type(loaded) is type(model) is timm_structinit.StructVisionTransformer, folder
+        assert loaded.sincos_pos_embed == model.sincos_pos_embed and not loaded.pos_embed.requires_grad == (
+            model.sincos_pos_embed), folder
+        assert loaded.pos_embed_scale == model.pos_embed_scale, folder
+        if folder != trained:  # a trained export's rebuilt init is not seeded (see the card tests)
+            assert loaded.struct_init_record == model.struct_init_record, folder
+        assert _state_dicts_identical(loaded.state_dict(), model.state_dict()), folder
+        with torch.no_grad():
+            assert torch.equal(loaded(x), expected), folder
+    # the class names, where timm keeps them: top level of config.json, pretrained_cfg of the loaded model
+    assert json.loads((trained / 'config.json').read_text())['label_names'] == CLASSES
+    assert timm.create_model(f'local-dir:{trained}').pretrained_cfg['label_names'] == CLASSES
+    for source in ('local-dir', 'hf-hub'):
+        assert plain[str(trained), source]['label_names'] == CLASSES  # what timm's inference.py prints
+        assert plain[str(trained), source]['logits'].shape == (2, len(CLASSES))
+
+
+def test_the_config_hook_is_reached_by_both_loaders(tmp_path, monkeypatch):
+    """ Fails as soon as timm stops parsing config.json through the hooked private function: exports would then load
+    as timm's own VisionTransformer, silently. """
+    assert getattr(timm_hub._parse_model_cfg, '_timm_structinit', False), "timm's _parse_model_cfg is not hooked"
+    folder = hub.export_model(MIMETIC, tmp_path / 'out', seed=1, model_kwargs=TINY)
+    seen = []
+    plugin_config = plain_timm._plugin_config
+    monkeypatch.setattr(plain_timm, '_plugin_config',
+                        lambda cfg: seen.append(cfg['architecture']) or plugin_config(cfg))
+    monkeypatch.setattr(timm_hub, 'hf_hub_download', lambda repo_id, filename, **kwargs: str(folder / filename))
+    for source in (f'local-dir:{folder}', f'hf-hub:{REPO}'):
+        assert type(timm.create_model(source)) is timm_structinit.StructVisionTransformer, source
+    assert seen == ['vit_tiny_patch16_224'] * 2, "timm's loaders no longer reach the config hook"
+
+
+def test_without_timms_private_parser_the_package_still_imports(monkeypatch, caplog):
+    monkeypatch.delattr(timm_hub, '_parse_model_cfg')
+    assert plain_timm.install_config_hook() is False
+    assert "has no timm.models._hub._parse_model_cfg(cfg, extra_fields): exports load as timm's VisionTransformer" \
+           in caplog.text
+
+
+def test_a_changed_private_parser_degrades_to_plain_timm_with_a_warning(tmp_path):
+    folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=TINY)
+    code = ('import sys, safetensors.torch, timm, timm.models._hub as h, torch\n'
+            'parse = h._parse_model_cfg\n'
+            'def _parse_model_cfg(cfg, extra_fields, strict=True):  # a timm release with other arguments\n'
+            '    return parse(cfg, extra_fields)\n'
+            'h._parse_model_cfg = _parse_model_cfg\n'
+            'import timm_structinit\n'
+            'model = timm.create_model(f"local-dir:{sys.argv[1]}", pretrained=True)\n'
+            'weights = safetensors.torch.load_file(f"{sys.argv[1]}/model.safetensors")\n'
+            'print(type(model).__name__, all(torch.equal(v, weights[k]) for k, v in model.state_dict().items()))')
+    proc = subprocess.run([sys.executable, '-c', code, str(folder)], capture_output=True, text=True,
+                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ['VisionTransformer', 'True']
+    assert "exports load as timm's VisionTransformer (same weights and outputs)" in proc.stderr
+
+
+def test_import_timm_structinit_alone_rebuilds_the_registered_model(tmp_path):
+    folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=TINY)
+    code = ('import sys, timm, timm_structinit\n'
+            'model = timm.create_model(sys.argv[1], pretrained=True)\n'
+            'print(type(model).__name__, model.sincos_pos_embed, model.struct_init_seed)')
+    proc = subprocess.run([sys.executable, '-c', code, f'local-dir:{folder}'], capture_output=True, text=True,
+                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ['StructVisionTransformer', 'True', '1']
+
+
+def test_export_without_a_plain_timm_equivalent_needs_the_plugin(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(plain_timm, 'loads_in_plain_timm', lambda *args: False)
+    folder = hub.export_model(MIMETIC, tmp_path / 'out', seed=3, model_kwargs=TINY)
+    assert 'has no plain timm equivalent' in caplog.text
+    config = json.loads((folder / 'config.json').read_text())
+    assert config['architecture'] == MIMETIC and config['model_args']['struct_init_seed'] == 3
+    assert 'architecture' not in config['timm_structinit']
+    card = (folder / 'README.md').read_text()
+    assert 'only after `timm_structinit` is imported' in card and 'Plain timm' not in card
+    _assert_loads_identical(folder, hub.build_model(MIMETIC, seed=3, model_kwargs=TINY).state_dict())
+
+
+def test_card_metadata_parses_and_trained_cards_hold_no_local_paths(tmp_path, monkeypatch):
+    init = ModelCard.load(hub.export_model(MIMETIC, tmp_path / 'init', model_kwargs=TINY) / 'README.md').data
+    assert (init.library_name, init.license, init.pipeline_tag) == ('timm', 'apache-2.0', 'image-classification')
+    assert {'timm', 'timm-structinit', 'mimetic-init'} <= set(init.tags) and init.eval_results is None
+
+    checkpoint = _trained_on_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    folder = hub.export_model(MIMETIC, 'trained', checkpoint=checkpoint)
+    card = ModelCard.load(folder / 'README.md')
+    assert card.data.library_name == 'timm' and 'mimetic-init' in card.data.tags
+    (result,) = card.data.eval_results
+    assert (result.metric_type, result.metric_name, result.metric_value) == ('accuracy', 'top-1 accuracy', 61.25)
+    assert (result.dataset_type, result.dataset_name, result.dataset_split) == ('imagefolder', 'image folder data', 'test')
+    assert result.dataset_args == {'num_samples': 20}
+    index = metadata_load(folder / 'README.md')['model-index'][0]
+    assert index['name'] == MIMETIC and index['results'][0]['metrics'][0]['value'] == 61.25
+    assert '| recipe | `tiny.yaml` |' in card.text and '| checkpoint | `model_best.pth.tar` |' in card.text
+    assert 'timm.create_model("local-dir:trained", pretrained=True)' in card.text
+    config = (folder / 'config.json').read_text()
+    for text in (card.content, config):
+        for root in {str(tmp_path), str(tmp_path.resolve())}:
+            assert root not in text
+    config = json.loads(config)
+    assert config['label_names'] == CLASSES and config['num_classes'] == len(CLASSES)
+    assert config['pretrained_cfg']['num_classes'] == len(CLASSES)
+    loaded = timm.create_model(f'local-dir:{folder}', pretrained=True)
+    assert loaded.pretrained_cfg['label_names'] == CLASSES and loaded.num_classes == len(CLASSES)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -372,11 +630,11 @@ def test_failed_export_leaves_the_target_untouched(tmp_path, monkeypatch):
     hub.export_model(MIMETIC, target, seed=1, model_kwargs=TINY)
     before = {p.name: p.read_bytes() for p in target.iterdir()}
 
-    def broken(model, folder, prov, load_id):
+    def broken(model, folder, *args):
         (folder / 'config.json').write_text('{}')
         raise OSError('disk full')
 
-    monkeypatch.setattr(hub, '_write_export', broken)
+    monkeypatch.setattr(hub_export, '_write_export', broken)
     with pytest.raises(OSError, match='disk full'):
         hub.export_model(MIMETIC, target, seed=2, model_kwargs=TINY, force=True)
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
@@ -405,7 +663,7 @@ def test_bad_model_kwargs(tmp_path, kwargs, match):
 
 
 def test_bad_push_arguments_fail_before_any_work(monkeypatch):
-    monkeypatch.setattr(hub, '_build', lambda *a, **k: pytest.fail('built a model for bad input'))
+    monkeypatch.setattr(hub_export, '_build', lambda *a, **k: pytest.fail('built a model for bad input'))
     with pytest.raises(ValueError, match="repo id 'no-org' must have the form ORG/NAME"):
         hub.push_model(MIMETIC, 'no-org')
     with pytest.raises(ValueError, match='seed=-1'):
@@ -484,8 +742,15 @@ def test_model_kwargs_parse_like_timm_train():
 def test_a_subcommand_is_one_registration(monkeypatch, capsys):
     monkeypatch.setattr(cli, 'COMMANDS', dict(cli.COMMANDS))
     cli.register_command(
-        'show', 'describe a model', lambda p: p.add_argument('model'),
-        lambda args: print(f'showing {args.model}') or 0)
-    assert cli.main(['show', MIMETIC]) == 0
-    assert capsys.readouterr().out == f'showing {MIMETIC}\n'
-    assert set(cli.COMMANDS) >= {'export', 'push', 'show'}
+        'describe', 'describe a model', lambda p: p.add_argument('model'),
+        lambda args: print(f'describing {args.model}') or 0)
+    assert cli.main(['describe', MIMETIC]) == 0
+    assert capsys.readouterr().out == f'describing {MIMETIC}\n'
+    # the parser is built from the registry: the new command is listed with its help next to the package's own
+    with pytest.raises(SystemExit) as e:
+        cli.main(['--help'])
+    assert e.value.code == 0
+    listed = dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines()
+                  if line.startswith('    ') and len(line.split()) > 1)
+    assert listed['describe'] == 'describe a model'
+    assert listed['export'] == cli.COMMANDS['export'].help and listed['push'].startswith('export a model and upload')

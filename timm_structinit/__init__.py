@@ -9,3 +9,4 @@ from .vision_transformer import CIFAR10_MEAN, CIFAR10_STD, StructVisionTransform
 __version__ = '0.1.0'
 
 make_posterize_zero_bits_safe()  # timm's RandAugment on Pillow >= 13, see pillow_compat
+from . import hub  # noqa: E402,F401  lets timm's local-dir:/hf-hub: loads rebuild the registered models

@@ -109,6 +109,7 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    import json
     from .hub import export_model, list_export_files
     folder = export_model(
         args.model, args.out_dir, seed=args.seed, model_kwargs=args.model_kwargs, checkpoint=args.checkpoint,
@@ -116,7 +117,10 @@ def _run_export(args: argparse.Namespace) -> int:
     print(f'exported {args.model} to {folder}')
     for name, size in list_export_files(folder):
         print(f'  {name}  {size:,} bytes')
-    print(f'load it with: import timm, timm_structinit; timm.create_model("local-dir:{folder}", pretrained=True)')
+    create = f'timm.create_model("local-dir:{folder}", pretrained=True)'
+    if 'architecture' in json.loads((folder / 'config.json').read_text(encoding='utf-8'))['timm_structinit']:
+        print(f'load it in plain timm: import timm; {create}')  # plugin fields beside plain timm's config
+    print(f'load it as the registered {args.model}: import timm, timm_structinit; {create}')
     return 0
 
 

@@ -1,0 +1,16 @@
+""" Export and push initialized or trained models in timm's Hugging Face Hub layout, with a model card.
+
+An export is a folder of `config.json` (written by timm's `save_for_hf`), `model.safetensors` and a `README.md` model
+card. Plain timm loads it, `timm.create_model('local-dir:DIR', pretrained=True)` or `'hf-hub:ORG/NAME'`, as its own
+`VisionTransformer` with the same outputs; after `import timm_structinit` the same call builds the registered model
+(see `plain_timm`). Uploads use huggingface_hub with the token it finds itself (`HF_TOKEN` or `hf auth login`).
+"""
+from .card import kwargs_cli as _kwargs_cli, model_card  # noqa: F401  _kwargs_cli: used by train.py
+from .export import EXPORT_FILES, HubError, PushResult, build_model, export_model, list_export_files, push_model, \
+    state_dict_mismatch
+from .plain_timm import install_config_hook
+
+__all__ = ['HubError', 'PushResult', 'build_model', 'export_model', 'push_model', 'list_export_files',
+           'EXPORT_FILES', 'state_dict_mismatch', 'model_card', 'install_config_hook']
+
+install_config_hook()
