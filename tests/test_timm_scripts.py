@@ -6,6 +6,7 @@ this package's models: train.py through `--device-modules timm_structinit`, the 
 Also here: RandAugment at full magnitude, whose 0-bit posterize Pillow >= 13 rejects.
 """
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -97,6 +98,28 @@ def test_inference_script(trained, image_folder, tmp_path):
     with open(tmp_path / 'topk.csv') as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * len(CLASSES)
+
+
+@needs_scripts
+def test_plain_validate_script_on_an_export(trained, image_folder, tmp_path):
+    """ An export of the trained checkpoint is a plain timm model: timm's validate.py reads it as `local-dir:`
+    (the offline twin of `hf-hub:`) without this package, and gives the plugin's accuracy. """
+    export = tmp_path / 'export'
+    _run(['-m', 'timm_structinit.cli', 'export', 'vit_tiny_patch2_32_impulse3', export, '--checkpoint',
+          trained / 'last.pth.tar', '--model-kwargs', 'embed_dim=32', 'depth=1', 'num_heads=2', 'patch_size=8',
+          'num_classes=3'], cwd=tmp_path)
+    top1 = {}
+    for how, prefix in (('plain', []), ('plugin', ['-m', 'timm_structinit.run'])):
+        results = tmp_path / f'{how}.csv'
+        _run([*prefix, SCRIPTS / 'validate.py', '--model', f'local-dir:{export}', '--pretrained', *DEVICE,
+              '--data-dir', image_folder, '--split', 'val', '-b', 6, '--workers', 1, '--results-file', results],
+             cwd=tmp_path)
+        with open(results) as f:
+            row, = csv.DictReader(f)
+        top1[how] = float(row['top1'])
+    with open(export / 'config.json') as f:
+        assert not json.load(f)['architecture'].startswith(('vit_tiny_patch2_32', 'timm_structinit'))
+    assert top1['plain'] == top1['plugin']
 
 
 @needs_scripts
