@@ -141,18 +141,19 @@ def test_bad_model_args(kwargs, words):
         assert word in str(err.value)
 
 
-@pytest.mark.parametrize('name', ['vit_tiny_patch2_32', 'vit_tiny_patch2_32_sincos', 'vit_tiny_patch2_32_gap_sincos',
-                                  'vit_tiny_patch2_32_impulse3', 'vit_tiny_patch2_32_mimetic'])
+@pytest.mark.parametrize('name', REGISTERED)
 def test_torchscript(name, tmp_path):
-    """ Scripted models give the eager outputs, and survive `torch.jit.save` / `load` (fixed size); a sin-cos model
-    with dynamic_img_size builds its exact table for a new size inside the scripted forward. """
-    x = torch.randn(2, 3, 32, 32)
+    """ As timm's own model tests do: every registered model scripts and gives the eager outputs, and survives
+    `torch.jit.save` / `load`; a sin-cos model with dynamic_img_size builds its exact table for a new size inside
+    the scripted forward (such a model cannot be saved: the README says why). """
     model = timm.create_model(name, depth=1).eval()
+    x = torch.randn(2, 3, *model.patch_embed.img_size)
     scripted = torch.jit.script(model)
     torch.jit.save(scripted, str(tmp_path / 'model.pt'))
     with torch.no_grad():
-        torch.testing.assert_close(torch.jit.load(str(tmp_path / 'model.pt'))(x), model(x), rtol=0, atol=1e-6)
-    dynamic = timm.create_model(name, depth=1, dynamic_img_size=True).eval()
-    x = torch.randn(2, 3, 40, 24)
-    with torch.no_grad():
-        torch.testing.assert_close(torch.jit.script(dynamic)(x), dynamic(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(torch.jit.load(str(tmp_path / 'model.pt'))(x), model(x), rtol=0, atol=1e-5)
+    if '_32' in name:
+        dynamic = timm.create_model(name, depth=1, dynamic_img_size=True).eval()
+        x = torch.randn(2, 3, 40, 24)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.jit.script(dynamic)(x), dynamic(x), rtol=0, atol=1e-5)
