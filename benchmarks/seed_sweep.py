@@ -17,6 +17,7 @@ seed=s)`): the init writes the same weights whatever the rest of the model holds
 """
 import argparse
 import copy
+import math
 import datetime
 import platform
 import sys
@@ -30,7 +31,7 @@ from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
 from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
 from results_file import write_lines
 
-# (registered model, extra kwargs, init name re-applied, its kwargs)
+# (registered model, extra kwargs, init name re-applied, its kwargs); rows with init kwargs are labelled by them
 MODELS = [
     ('vit_tiny_patch2_32_mimetic', {}, 'mimetic', {}),
     ('vit_small_patch2_32_mimetic', {}, 'mimetic', {}),
@@ -42,7 +43,15 @@ MODELS = [
     ('vit_tiny_patch2_32_impulse3', dict(struct_init_kwargs=dict(vproj='mimetic')), 'impulse', dict(vproj='mimetic')),
     ('vit_small_patch2_32_impulse3', dict(struct_init_kwargs=dict(vproj='mimetic')), 'impulse',
      dict(vproj='mimetic')),
+    # the impulse study's knobs
+    ('vit_tiny_patch2_32_impulse3', {}, 'impulse', dict(solver='svd', content='orthogonal')),
+    ('vit_tiny_patch2_32_impulse3', {}, 'impulse', dict(solver='svd', layer_inputs='propagated', vproj='mimetic')),
+    ('vit_tiny_patch2_32_mimetic', {}, 'mimetic', dict(qk=False)),
 ]
+
+
+def row_label(name: str, init_kwargs: dict) -> str:
+    return name + ''.join(f' {k}={v}' for k, v in init_kwargs.items() if k != 'vproj' or len(init_kwargs) > 1)
 
 
 def factor_stats(model):
@@ -76,7 +85,8 @@ def product_error(model, init: str) -> float:
     g = torch.Generator().manual_seed(record['seed'])
     err = 0.0
     wv, wproj = read_vproj(attn)
-    if init == 'mimetic':
+    cfg = record['cfg']
+    if init == 'mimetic' and cfg['qk']:
         targets = draw_mimetic_targets(dim, heads, len(find_attention(model)), MimeticCfg(), g)
         wq, wk = read_qk(attn)
         k = dim // heads
@@ -85,8 +95,10 @@ def product_error(model, init: str) -> float:
             best = (u[:, :k] * s[:k]) @ vh[:k]
             err = max(err, (wq[h].double() @ wk[h].double().T - best).abs().max().item())
         err = max(err, (wv.double() @ wproj.double() - targets['vproj'][0].double()).abs().max().item())
-    else:  # V/proj is mimetic with a fresh draw after the Q/K solve: check its spectrum's sign instead
+    elif cfg.get('vproj') in ('mimetic', True):  # a V/proj-only draw: check its spectrum's sign instead
         err = abs((wv @ wproj).diagonal().mean().item() + 0.4)
+    else:  # V/proj left at timm's init: no product to check
+        err = float('nan')
     return err
 
 
@@ -114,7 +126,8 @@ def main(argv=None) -> None:
     print('\n'.join(lines), flush=True)
     saved_threads = torch.get_num_threads()
     for name, build_kwargs, init, init_kwargs in MODELS:
-        if args.models and name not in args.models:
+        label = row_label(name, init_kwargs)
+        if args.models and name not in args.models and label not in args.models:
             continue
         reference = {}
         for threads in args.threads:
@@ -135,14 +148,15 @@ def main(argv=None) -> None:
                 worst_w, r_min, r_max, all_finite = max(worst_w, w), min(r_min, lo), max(r_max, hi), all_finite and finite
                 if seed % args.check_every == 0:
                     fwd_ok &= forward_finite(model)
-                    prod = max(prod, product_error(model, init))
+                    error = product_error(model, init)
+                    prod = error if math.isnan(error) else max(prod, error)  # nan: no product to check
             per_seed = (time.perf_counter() - start) / seeds
             if threads != args.threads[0]:
-                lines.append(f'{name:30} {init:12} {threads:>3} {"weights bit-equal to " + str(args.threads[0]) + " thread(s): " + str(same):>62} {per_seed:6.2f} {seeds:>5}')
+                lines.append(f'{label:30} {init:12} {threads:>3} {"weights bit-equal to " + str(args.threads[0]) + " thread(s): " + str(same):>62} {per_seed:6.2f} {seeds:>5}')
                 print(lines[-1], flush=True)
                 continue
             lines.append(
-                f'{name:30} {init:12} {threads:>3} {worst_w:7.3f} {r_min:9.4f} {r_max:9.4f} {str(all_finite):>6} '
+                f'{label:30} {init:12} {threads:>3} {worst_w:7.3f} {r_min:9.4f} {r_max:9.4f} {str(all_finite):>6} '
                 f'{str(fwd_ok):>6} {str(same):>5} {prod:9.2e} {per_seed:6.2f} {seeds:>5}')
             print(lines[-1], flush=True)
     torch.set_num_threads(saved_threads)
