@@ -16,6 +16,7 @@ seed=s)`): the init writes the same weights whatever the rest of the model holds
     python benchmarks/seed_sweep.py --seeds 50 --out benchmarks/results/seed_sweep.txt
 """
 import argparse
+import shlex
 import copy
 import math
 import datetime
@@ -113,7 +114,7 @@ def main(argv=None) -> None:
     parser.add_argument('--out', default='')
     args = parser.parse_args(argv)
     lines = [
-        f'# command: python {" ".join(sys.argv)}',
+        f'# command: python {shlex.join(sys.argv)}',
         f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
         f'# machine: {platform.machine()}, torch {torch.__version__}, timm {timm.__version__}; seeds 0..{args.seeds - 1} (width 768: 0..{args.large_seeds - 1})'
         f' per thread count {args.threads} (figures from the first, the others checked bit-equal to it); forward (fp16, bf16) and layer-0 products every {args.check_every} seeds',

@@ -32,7 +32,8 @@ from ..data import DataError, ImageReadError
 from ..mass_tracking import TargetMassTracker, mass_columns
 from ..run import run_script
 from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config, read_checkpoint
-from .config import PROG, ConfigError, build_parser, check_args, parse_args, resume_path, save_args
+from .checks import check_args, resume_path
+from .config import PROG, ConfigError, build_parser, parse_args, save_args
 from .loop import mean_lr, seed_epoch, train_one_epoch, validate
 from .output import first_missing, output_dir, plot_summary, prepare_output_dir, remove_unfinished_run
 

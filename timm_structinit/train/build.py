@@ -19,7 +19,8 @@ from timm.utils import NativeScaler, load_checkpoint_metadata, unwrap_model
 
 from ..cli import error_line
 from ..data import ClassBalancedSubset, DataError, build_dataset, dataset_classes, dataset_targets
-from .config import ConfigError, in_chans, mixup_active, resume_path
+from .checks import in_chans, mixup_active, resume_path
+from .config import ConfigError
 
 _logger = logging.getLogger('train')
 

@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import List, Optional, Tuple
 
 from ..atomic import atomic_file
-from .config import ConfigError, resume_path
+from .checks import resume_path
+from .config import ConfigError
 
 # files this entry point writes into an output directory; --overwrite removes exactly these
 _OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',

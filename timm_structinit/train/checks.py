@@ -1,0 +1,196 @@
+""" The checks every training argument passes before any work is done; each error names the value and what is
+valid. """
+import argparse
+import difflib
+import math
+import os
+import re
+from typing import Optional
+
+import timm
+from timm.optim import list_optimizers
+
+from ..data import DataError, check_dataset_name
+from .config import GRAYSCALE_TORCH_DATASETS, SCHEDULERS, ConfigError, build_parser
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _chans_option(args: argparse.Namespace) -> Optional[int]:
+    """ The input channels the user set by option (--input-size or --in-chans), else None. """
+    return args.input_size[0] if args.input_size else args.in_chans
+
+
+def in_chans(args: argparse.Namespace) -> int:
+    """ Input channels of the model and the data: the option, else model_kwargs in_chans, else 3. """
+    chans = _chans_option(args)
+    if chans is None and isinstance(args.model_kwargs, dict):
+        chans = args.model_kwargs.get('in_chans')
+    return 3 if chans is None else chans
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ Validate every value before any work is done; errors name the value and what is valid. """
+    if ':' not in args.model and not timm.is_model(args.model):
+        close = difflib.get_close_matches(args.model, timm.list_models(), n=3)
+        raise ConfigError(
+            f'--model {args.model!r} is not a registered model'
+            + (f'; did you mean {", ".join(close)}?' if close else '; see timm.list_models()'))
+    _check_numbers(args, build_parser())
+    _check_model_kwargs(args)
+    _check_data(args)
+    _check_training(args)
+    if args.aa:
+        _check_aa(args.aa)
+    _check_files(args)
+
+
+# (options, condition, what is valid) for the values that have a range; None (unset) passes
+_RANGES = (
+    (('epochs', 'batch_size', 'log_interval', 'checkpoint_hist', 'lr_base_size', 'recount', 'validation_batch_size',
+      'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans'), lambda v: v >= 1, 'must be >= 1'),
+    (('workers', 'warmup_epochs', 'cooldown_epochs', 'mixup_off_epoch', 'seed', 'subset_seed', 'weight_decay',
+      'mixup', 'cutmix', 'drop', 'warmup_lr', 'min_lr', 'momentum'), lambda v: v >= 0, 'must be >= 0'),
+    (('hflip', 'vflip', 'reprob', 'mixup_prob', 'mixup_switch_prob'), lambda v: 0 <= v <= 1, 'must be in [0, 1]'),
+    (('smoothing', 'drop_path'), lambda v: 0 <= v < 1, 'must be in [0, 1)'),
+    (('lr',), lambda v: v > 0, 'must be > 0'),
+    (('clip_grad',), lambda v: v > 0, 'must be > 0 (or unset)'),
+    (('model_ema_decay',), lambda v: 0 < v < 1, 'must be in (0, 1)'),
+)
+
+
+def _check_numbers(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:  # inf and nan pass every range check below
+        value = getattr(args, action.dest, None) if action.type is float else None
+        bad = [v for v in (value if isinstance(value, (list, tuple)) else [value])
+               if v is not None and not math.isfinite(v)]
+        _check(not bad, f'{max(action.option_strings, key=len)} {value} must be a finite number')
+    for names, ok, valid in _RANGES:
+        for name in names:
+            value = getattr(args, name)
+            _check(value is None or ok(value), f'--{name.replace("_", "-")} {value} {valid}')
+    _check(len(args.scale) == 2 and 0 < args.scale[0] <= args.scale[1] <= 1,
+           f'--scale {args.scale} must be two numbers 0 < lo <= hi <= 1')
+    _check(len(args.ratio) == 2 and 0 < args.ratio[0] <= args.ratio[1],
+           f'--ratio {args.ratio} must be two numbers 0 < lo <= hi')
+    _check(args.input_size is None or all(v >= 1 for v in args.input_size),
+           f'--input-size {args.input_size} must be three positive integers C H W')
+    _check(args.std is None or all(v > 0 for v in args.std), f'--std {args.std} must be positive')
+
+
+# model arguments that have an option of their own: (option, model argument)
+_MODEL_ARG_OPTIONS = (('--in-chans/--input-size', 'in_chans'), ('--num-classes', 'num_classes'),
+                      ('--drop-path', 'drop_path_rate'), ('--drop-block', 'drop_block_rate'), ('--gp', 'global_pool'))
+
+
+def _check_model_kwargs(args: argparse.Namespace) -> None:
+    _check(isinstance(args.model_kwargs, dict), f'model_kwargs {args.model_kwargs!r} must be a mapping')
+    chans = in_chans(args)
+    _check(isinstance(chans, int) and not isinstance(chans, bool) and chans >= 1,
+           f'model_kwargs in_chans={chans!r} must be a positive integer')
+    option_values = dict(in_chans=_chans_option(args), num_classes=args.num_classes, drop_path_rate=args.drop_path,
+                         drop_block_rate=args.drop_block, global_pool=args.gp)
+    for flag, key in _MODEL_ARG_OPTIONS:
+        # only a value the user set can contradict model_kwargs, not an option's default
+        value = option_values[key]
+        _check(value is None or key not in args.model_kwargs or args.model_kwargs[key] == value,
+               f'model_kwargs {key}={args.model_kwargs.get(key)!r} contradicts {flag} {value}; set it in one place')
+    for name in ('mean', 'std'):
+        value = getattr(args, name)
+        _check(value is None or len(value) in (1, chans) or len(set(value)) == 1,
+               f'--{name} {value} must have 1 value or one per input channel ({chans})')
+
+
+def _check_data(args: argparse.Namespace) -> None:
+    try:
+        kind = check_dataset_name(args.dataset)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    _check(kind == 'digits' or bool(args.data_dir),
+           f'--dataset {args.dataset!r} needs --data-dir (e.g. --data-dir ../shared/data/cifar10 for the '
+           f'ImageFolder copy of CIFAR-10)')
+    chans = in_chans(args)
+    if kind == 'torch' and args.dataset.split('/')[-1].lower() in GRAYSCALE_TORCH_DATASETS:
+        _check(chans == 1, f'--dataset {args.dataset!r} has 1-channel images but the model would take {chans}; '
+                           f'pass --in-chans 1')
+    _check(args.cutmix_minmax is None or len(args.cutmix_minmax) == 2,
+           f'--cutmix-minmax {args.cutmix_minmax} needs 2 values')
+    _check(not mixup_active(args) or args.batch_size % 2 == 0,
+           f'--batch-size {args.batch_size} must be even with mixup/cutmix, which pairs images within a batch')
+
+
+def mixup_active(args: argparse.Namespace) -> bool:
+    return args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
+
+
+def _check_training(args: argparse.Namespace) -> None:
+    _check(args.sched in SCHEDULERS, f'--sched {args.sched!r} is not valid; choose one of {", ".join(SCHEDULERS)}')
+    optimizers = list_optimizers()
+    opt_name = args.opt.lower().split('_')[-1]
+    _check(opt_name in optimizers, f'--opt {args.opt!r} is not a timm optimizer; valid: {", ".join(optimizers)}')
+    _check(args.opt_betas is None or len(args.opt_betas) in (2, 3), f'--opt-betas {args.opt_betas} needs 2 values')
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib: pip install 'timm-structinit[plots]'") from None
+
+
+# the sections timm's auto-augment parsers read (timm/data/auto_augment.py), with the type of their value; timm
+# silently ignores a section without a digit, so a typo would go unnoticed
+_AA_SECTIONS = {
+    'rand': dict(m=int, n=int, p=float, mstd=float, mmax=int, inc=int),
+    'augmix': dict(m=int, w=int, d=int, a=float, b=int, mstd=float),
+    'auto': dict(mstd=float),
+}
+_AA_POLICIES = ('original', 'originalr', 'v0', 'v0r', '3a')  # the 'auto' policies
+_AA_RAND_TRANSFORMS = ('weights', '3aw', '3a')  # rand-...-t<name>
+_AA_EXAMPLES = "e.g. 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', 'original-mstd0.5'"
+
+
+def _check_aa(policy: str) -> None:
+    """ Check an auto-augment policy string against timm's grammar, section by section, then build it. """
+    name, *sections = policy.split('-')
+    kind = name if name in ('rand', 'augmix') else 'auto'
+    keys = _AA_SECTIONS[kind]
+    grammar = ', '.join(f'{k}<{t.__name__}>' for k, t in keys.items())
+    if kind == 'rand':
+        grammar += f', t<{"|".join(_AA_RAND_TRANSFORMS)}>'
+    _check(kind != 'auto' or name in _AA_POLICIES,
+           f"--aa {policy!r}: unknown policy {name!r}; valid: rand-..., augmix-..., {', '.join(_AA_POLICIES)} "
+           f"({_AA_EXAMPLES})")
+    for section in sections:
+        if kind == 'rand' and section.startswith('t'):
+            ok = section[1:] in _AA_RAND_TRANSFORMS
+        else:
+            key, value = re.fullmatch(r'(\D*)(.*)', section).groups()
+            number = r'\d+' if keys.get(key) is int else r'\d+(\.\d*)?'
+            ok = key in keys and re.fullmatch(number, value) is not None
+        _check(ok, f"--aa {policy!r}: section {section!r} is not valid; {name!r} takes {grammar} ({_AA_EXAMPLES})")
+    from timm.data import create_transform
+    try:  # timm parses the policy string lazily; build it once here to fail before any work
+        create_transform(32, is_training=True, auto_augment=policy)
+    except (AssertionError, ValueError, KeyError, IndexError) as e:
+        raise ConfigError(f'--aa {policy!r} is not a valid auto-augment policy ({e or type(e).__name__}); '
+                          f'{_AA_EXAMPLES}') from None
+
+
+def resume_path(resume: str) -> str:
+    """ The checkpoint `--resume` names: a file, or an output folder's last.pth.tar. """
+    return os.path.join(resume, 'last.pth.tar') if os.path.isdir(resume) else resume
+
+
+def _check_files(args: argparse.Namespace) -> None:
+    if args.resume:
+        path = resume_path(args.resume)
+        _check(not os.path.isdir(args.resume) or os.path.isfile(path),
+               f'--resume {args.resume!r}: nothing to resume, {os.path.abspath(args.resume)} holds no last.pth.tar '
+               f'(no epoch of that run finished); start it again without --resume (with --overwrite to reuse '
+               f'that folder)')
+        _check(os.path.isfile(path), f'--resume {args.resume!r}: no checkpoint at {os.path.abspath(path)}')
+    if args.initial_checkpoint:
+        _check(os.path.isfile(args.initial_checkpoint),
+               f'--initial-checkpoint {args.initial_checkpoint!r}: no such file')
