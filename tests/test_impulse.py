@@ -9,7 +9,7 @@ from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
 from timm_structinit.inits.impulse import draw_offsets, fixed_order, impulse_target, window_offsets
 from timm_structinit.inits.impulse_solvers import dense_target
 from timm_structinit.inits.impulse_solvers import (
-    _sq_error, attention_maps, impulse_objective, map_metrics, solve_adam, solve_fast, solve_svd)
+    attention_maps, impulse_objective, solve_adam, solve_fast, solve_svd)
 from timm_structinit.inits.impulse import pseudo_input
 from timm_structinit.vision_transformer import default_cfgs
 

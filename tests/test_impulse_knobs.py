@@ -3,7 +3,6 @@ tables, and mimetic V/proj alone as a transmission control. """
 import pytest
 import timm
 import torch
-import torch.nn.functional as F
 
 import timm_structinit  # noqa: F401
 from timm_structinit.diagnostics import qk_products, vproj_product

@@ -131,6 +131,19 @@ def test_unsupported_model_is_refused_and_unchanged(init, name, words):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.parametrize('init', ['impulse', 'impulse2025'])
+def test_impulse_refuses_rotary_models_and_leaves_them_unchanged(init):
+    """ eva02 turns q and k by position (rotary embedding) in its forward pass, which the solved maps do not survive:
+    impulse inits are refused before anything is written; mimetic, which is not positional, still applies. """
+    model = timm.create_model('eva02_tiny_patch14_224', depth=2, img_size=56)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r'rotary embedding \(RotaryEmbeddingCat\).*valid: models without rotary'):
+        timm_structinit.apply_init(model, init, seed=0)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert timm_structinit.apply_init(model, 'mimetic', seed=0)['method'] == 'mimetic'
+    assert not torch.equal(before['blocks.0.attn.qkv.weight'], model.blocks[0].attn.qkv.weight)
+
+
 @pytest.mark.parametrize('init', timm_structinit.list_inits())
 def test_failure_during_init_leaves_model_unchanged(init, monkeypatch):
     """ Anything that fails after the checks (here: the last attention write) restores what was written. """

@@ -20,10 +20,10 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
-import timm.utils
+from .kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
 
-__all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'OneLineArgumentParser',
-           'error_line', 'exit_status']
+__all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'format_kwargs',
+           'OneLineArgumentParser', 'error_line', 'exit_status']
 
 PROG = 'timm-structinit'
 
@@ -67,22 +67,6 @@ def exit_status(error: BaseException) -> int:
     """ 2 when the input is wrong (an argument, or a file or folder it names), 1 when the work itself failed. """
     usage = (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
     return 2 if isinstance(error, usage) else 1
-
-
-class ParseKwargs(timm.utils.ParseKwargs):
-    """ timm's `k=v ...` parser (values through ast.literal_eval, a non-literal stays a string, so `pos_embed=sincos`
-    needs no quotes), with two additions users would otherwise hit: an item that is not `key=value` is a one-line
-    usage error instead of a ValueError traceback, and the items are merged over the value already there (a config
-    file's `model_kwargs`) instead of replacing it. """
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        for item in values:
-            key, sep, _ = item.partition('=')
-            if not sep or not key.isidentifier():
-                parser.error(f'{option_string} expects key=value pairs, got {item!r} (e.g. embed_dim=32)')
-        merged = dict(getattr(namespace, self.dest, None) or {})
-        super().__call__(parser, namespace, values, option_string)
-        setattr(namespace, self.dest, {**merged, **getattr(namespace, self.dest)})
 
 
 def _add_build_arguments(parser: argparse.ArgumentParser) -> None:

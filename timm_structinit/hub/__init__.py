@@ -5,9 +5,9 @@ card. Plain timm loads it, `timm.create_model('local-dir:DIR', pretrained=True)`
 `VisionTransformer` with the same outputs; after `import timm_structinit` the same call builds the registered model
 (see `plain_timm`). Uploads use huggingface_hub with the token it finds itself (`HF_TOKEN` or `hf auth login`).
 """
-from .card import kwargs_cli as _kwargs_cli, model_card  # noqa: F401  _kwargs_cli: used by train.py
-from .export import EXPORT_FILES, HubError, PushResult, build_model, export_model, list_export_files, push_model, \
-    state_dict_mismatch
+from ..checkpoints import state_dict_mismatch
+from .card import model_card
+from .export import EXPORT_FILES, HubError, PushResult, build_model, export_model, list_export_files, push_model
 from .plain_timm import install_config_hook
 
 __all__ = ['HubError', 'PushResult', 'build_model', 'export_model', 'push_model', 'list_export_files',

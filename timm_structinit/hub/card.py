@@ -4,15 +4,14 @@ The text says how to load the weights (plain timm first), how they were made (in
 seed, solver, training recipe) and what to cite. It is built from config.json, so it holds only what config.json
 holds: file, dataset and recipe names, never a local path.
 """
-import ast
 import json
-import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import timm
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from torch import nn
 
+from ..kwargs import format_kwargs
 from .plain_timm import CONFIG_KEY
 
 # arXiv id -> (authors, title, year) of the papers the inits come from
@@ -43,19 +42,6 @@ def fmt(value: Any) -> str:
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     return '\n'.join('| ' + ' | '.join(str(c).replace('|', '\\|') for c in row) + ' |'  # a bare '|' ends a cell
                      for row in [header, ['---'] * len(header), *rows])
-
-
-def kwargs_cli(kwargs: Mapping[str, Any]) -> str:
-    """ `--model-kwargs` items that parse back to `kwargs` (each value through ast.literal_eval, as timm's train.py
-    does): literals in double quotes where that reads the same, a string that is no literal as it is. """
-    def text(value: Any) -> str:
-        try:
-            ast.literal_eval(value) if isinstance(value, str) else None
-        except (ValueError, SyntaxError):
-            return value
-        double = repr(value).replace("'", '"')
-        return double if ast.literal_eval(double) == value else repr(value)
-    return ' '.join(shlex.quote(f'{key}={text(value)}') for key, value in kwargs.items())
 
 
 def _card_data(config: Mapping[str, Any], own: Mapping[str, Any], title: str) -> ModelCardData:
@@ -123,7 +109,7 @@ def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping
         blocks += ["Per layer, one value per head (the solver's results):", table(rows, ('layer', *per_layer))]
     if trained is None:
         cmd = f'timm-structinit export {model_name} DIR --seed {own["seed"]}'
-        cmd += f' --model-kwargs {kwargs_cli(model_kwargs)}' if model_kwargs else ''
+        cmd += f' --model-kwargs {format_kwargs(model_kwargs)}' if model_kwargs else ''
         blocks += ['To write these weights again:', f'```bash\n{cmd}\n```']
     return blocks
 

@@ -23,6 +23,7 @@ from torch import nn
 
 from .. import __version__
 from ..atomic import atomic_dir
+from ..checkpoints import state_dict_mismatch
 from .card import model_card
 from .plain_timm import CONFIG_KEY, plain_timm_config
 
@@ -140,20 +141,6 @@ def _check_target(target: Path, force: Any) -> None:
         if resolved in (Path.home().resolve(), Path(resolved.anchor), cwd, *cwd.parents):
             raise ValueError(f'refusing to replace {target}: it is the current directory, one of its parents or the '
                              f'home directory; export to a dedicated folder')
-
-
-def state_dict_mismatch(own: Mapping[str, torch.Tensor], loaded: Mapping[str, Any]) -> str:
-    """ '' when `loaded` fits a model whose state dict is `own`, else one line naming the keys that differ. """
-    missing, unexpected = sorted(set(own) - set(loaded)), sorted(set(loaded) - set(own))
-    shape = {k: tuple(getattr(loaded[k], 'shape', ())) for k in set(own) & set(loaded)}
-    mismatched = sorted(k for k in shape if shape[k] != tuple(own[k].shape))
-    parts = [f'{len(keys)} {what}, e.g. {", ".join(keys[:3])}' for what, keys in
-             (('missing', missing), ('unexpected', unexpected)) if keys]
-    if mismatched:
-        k = mismatched[0]
-        parts.append(f'{len(mismatched)} of another shape, e.g. {k}: checkpoint {shape[k]} vs model '
-                     f'{tuple(own[k].shape)}')
-    return '; '.join(parts)
 
 
 def _read_checkpoint(path: Path, use_ema: bool) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:

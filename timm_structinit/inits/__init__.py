@@ -35,7 +35,8 @@ class StructInit:
     preset: Dict[str, Any] = field(default_factory=dict)
     description: str = ''
     # check_model(cfg, geometry) raises ValueError when the init cannot apply to a model of that shape;
-    # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens, has_pos_embed
+    # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens, has_pos_embed, rotary (None or the
+    # rotary embedding's class name)
     check_model: Optional[Callable[[Any, Dict[str, Any]], None]] = None
 
 
@@ -166,13 +167,15 @@ def _restore(model: nn.Module, backup: Dict[str, Any]) -> None:
 
 
 def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
-    """ What a position-aware init needs to know of a model: patch grid, width, heads, prefix tokens. """
+    """ What a position-aware init needs to know of a model: patch grid, width, heads, prefix tokens, position
+    embeddings (an absolute table; a rotary embedding, which turns q and k by position in the forward pass). """
     patch_embed = getattr(model, 'patch_embed', None)
     grid = tuple(patch_embed.grid_size) if getattr(patch_embed, 'grid_size', None) is not None else None
     return dict(
         grid_size=grid, embed_dim=attns[0].qkv.in_features, num_heads=attns[0].num_heads,
         num_prefix_tokens=int(getattr(model, 'num_prefix_tokens', 0)),
-        has_pos_embed=isinstance(getattr(model, 'pos_embed', None), torch.Tensor))
+        has_pos_embed=isinstance(getattr(model, 'pos_embed', None), torch.Tensor),
+        rotary=next((type(m).__name__ for m in model.modules() if 'rotary' in type(m).__name__.lower()), None))
 
 
 def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator):

@@ -203,6 +203,15 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
         raise ValueError(
             f'kernel_size={cfg.kernel_size} is larger than the patch grid {tuple(grid)}; '
             f'valid: odd sizes <= {min(grid)}')
+    if geometry.get('rotary'):
+        # the solve sets the logits x W_q W_k^T x^T; a rotary embedding turns q and k by position before the product,
+        # and on eva02_tiny_patch14_224 the maps on the solve's own input keep their argmax on target for 14-46% of
+        # the queries instead of 92-100%
+        raise ValueError(
+            f"impulse init writes Q/K for attention logits q k^T, but this model turns q and k by position with a "
+            f"rotary embedding ({geometry['rotary']}) in its forward pass, which does not keep the solved maps; "
+            f"valid: models without rotary embedding (timm VisionTransformer: vit_*, deit_*), or struct_init "
+            f"'mimetic'")
     heads = geometry['num_heads']
     if cfg.offsets == 'distinct' and heads > cfg.kernel_size ** 2:
         raise ValueError(

@@ -21,7 +21,6 @@ from typing import Any, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
-from timm.layers import trunc_normal_
 
 
 __all__ = [
@@ -246,7 +245,6 @@ def solve_svd(
     amplifies directions the input hardly has by up to 1e5, so after the factor-norm scaling the useful part is
     gone and every map is uniform (1/N on the target). At rtol 0.1 the same solve puts ~0.85 on the target.
     """
-    n = x.shape[-2]
     dense = dense_target(targets, torch.float64)
     noise = torch.nn.init.trunc_normal_(
         torch.empty(dense.shape, dtype=torch.float64), std=noise_std, a=-2.0, b=2.0, generator=generator)

@@ -1,10 +1,8 @@
 """ What a run is made of, from checked arguments: datasets, model (with the weights it starts from), data config,
 optimizer, loaders and loss, each from timm's factories. """
 import argparse
-import ast
 import logging
 import math
-import shlex
 from contextlib import nullcontext
 from functools import partial
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -17,7 +15,9 @@ from timm.models import clean_state_dict, create_model, load_checkpoint, load_st
 from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.utils import NativeScaler, load_checkpoint_metadata, unwrap_model
 
+from ..checkpoints import state_dict_mismatch
 from ..cli import error_line
+from ..kwargs import format_kwargs
 from ..data import ClassBalancedSubset, DataError, build_dataset, dataset_classes, dataset_targets
 from .checks import in_chans, mixup_active, resume_path
 from .config import ConfigError
@@ -63,37 +63,10 @@ def read_checkpoint(path: str, flag: str) -> Any:
         raise ConfigError(f'{flag} {path!r} is not a readable checkpoint ({type(e).__name__}: {e})') from None
 
 
-def _state_dict_mismatch(own: Mapping[str, torch.Tensor], loaded: Mapping[str, Any]) -> str:
-    """ '' when `loaded` fits a model whose state dict is `own`, else one line naming the keys that differ. """
-    shapes = {k: tuple(getattr(v, 'shape', ())) for k, v in loaded.items()}
-    missing, unexpected = sorted(set(own) - set(shapes)), sorted(set(shapes) - set(own))
-    reshaped = sorted(k for k in set(own) & set(shapes) if tuple(own[k].shape) != shapes[k])
-    parts = [f'{len(keys)} {what}, e.g. {", ".join(keys[:3])}'
-             for keys, what in ((missing, 'missing'), (unexpected, 'unexpected')) if keys]
-    if reshaped:
-        k = reshaped[0]
-        parts.append(f'{len(reshaped)} of another shape, e.g. {k}: checkpoint {shapes[k]} vs model '
-                     f'{tuple(own[k].shape)}')
-    return '; '.join(parts)
-
-
-def _kwargs_item(key: str, value: Any) -> str:
-    """ A --model-kwargs item that parses back to `value`: a string that reads as no literal stays a plain word. """
-    text = repr(value)
-    if "'" in text and '"' not in text and '\\' not in text:
-        text = text.replace("'", '"')  # the same literal, and the shell's single quotes need no escapes
-    if isinstance(value, str):
-        try:
-            ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            text = value
-    return shlex.quote(f'{key}={text}')
-
-
 def _check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag: str, path: str,
                            args: argparse.Namespace, meta: Any = None) -> None:
     """ Refuse a checkpoint whose weights do not fit `model`, saying which model it is for and which keys differ. """
-    mismatch = _state_dict_mismatch(model.state_dict(), state_dict)
+    mismatch = state_dict_mismatch(model.state_dict(), state_dict)
     if not mismatch:
         return
     try:  # a timm training checkpoint records the model and its arguments
@@ -108,7 +81,7 @@ def _check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag
     if isinstance(saved_kwargs, dict):
         theirs += f' trained with model_kwargs {saved_kwargs}'
         if saved_kwargs != args.model_kwargs:
-            items = ' '.join(_kwargs_item(k, v) for k, v in saved_kwargs.items())
+            items = format_kwargs(saved_kwargs)
             fix.append(f'--model-kwargs {items}' if items else 'no --model-kwargs')
     hint = f'pass {" ".join(fix)}' if fix else 'build the model it was saved from'
     raise ConfigError(f'{flag} {path!r} does not fit {ours}: it holds {theirs} (keys: {mismatch}); {hint}')

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from ..atomic import atomic_file
-from ..cli import OneLineArgumentParser, ParseKwargs, error_line
+from ..cli import OneLineArgumentParser, error_line
+from ..kwargs import ParseKwargs
 
 PROG = 'timm-structinit-train'
 SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
