@@ -13,11 +13,15 @@ import time
 
 import timm
 import torch
+from timm.models.mlp_mixer import MlpMixer
 
 import timm_structinit  # noqa: F401  (registers the models)
 from results_file import write_lines
 
-# registered model -> the same architecture built by timm's own ViT (learned PE, timm init)
+_SWIN32 = dict(img_size=32, patch_size=2, window_size=4)
+_MIXER32 = dict(img_size=32, patch_size=4, num_blocks=8, embed_dim=512, mlp_ratio=(0.5, 4.0))
+# registered model -> the same architecture built by timm's own class (ViT: learned PE; timm's init everywhere).
+# timm's Mixer entrypoints fix patch_size, num_blocks and embed_dim, so the plain Mixer is built from its class.
 PAIRS = {
     'vit_tiny_patch2_32_mimetic': ('vit_tiny_patch16_224', dict(img_size=32, patch_size=2)),
     'vit_tiny_patch2_32_impulse3': ('vit_tiny_patch16_224', dict(
@@ -26,6 +30,11 @@ PAIRS = {
         img_size=32, patch_size=2, class_token=False, global_pool='avg')),
     'vit_small_patch2_32_impulse3': ('vit_small_patch16_224', dict(
         img_size=32, patch_size=2, class_token=False, global_pool='avg')),
+    'swin_tiny_patch2_window4_32': ('swin_tiny_patch4_window7_224', _SWIN32),
+    'swin_tiny_patch2_window4_32_impulse3': ('swin_tiny_patch4_window7_224', _SWIN32),
+    'swin_tiny_patch2_window4_32_mimetic': ('swin_tiny_patch4_window7_224', _SWIN32),
+    'mixer_s4_32': (MlpMixer, _MIXER32),
+    'mixer_s4_32_impulse3': (MlpMixer, _MIXER32),
 }
 
 
@@ -48,19 +57,20 @@ def main(argv=None) -> None:
         f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
         f'# machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, '
         f'timm {timm.__version__}; median of {args.repeats} alternating builds each',
-        f'{"model":32} {"ours s":>8} {"timm s":>8} {"ratio":>6}',
+        f'{"model":36} {"ours s":>8} {"timm s":>8} {"ratio":>6}',
     ]
     print('\n'.join(lines), flush=True)
     for name, (plain, plain_args) in PAIRS.items():
         ours = lambda: timm.create_model(name)  # noqa: E731
-        theirs = lambda: timm.create_model(plain, num_classes=10, **plain_args)  # noqa: E731
+        build = plain if callable(plain) else lambda **kw: timm.create_model(plain, **kw)  # noqa: E731
+        theirs = lambda: build(num_classes=10, **plain_args)  # noqa: E731
         ours(), theirs()  # warm-up: imports, allocator, MKL
         times = {'ours': [], 'timm': []}
         for _ in range(args.repeats):
             times['ours'].append(median_time(ours, 1))
             times['timm'].append(median_time(theirs, 1))
         a, b = statistics.median(times['ours']), statistics.median(times['timm'])
-        lines.append(f'{name:32} {a:8.3f} {b:8.3f} {a / b:6.2f}')
+        lines.append(f'{name:36} {a:8.3f} {b:8.3f} {a / b:6.2f}')
         print(lines[-1], flush=True)
     if args.out:
         write_lines(args.out, lines)

@@ -366,7 +366,11 @@ FAMILIES = [
     ('vit_tiny_patch2_32', dict(TINY, struct_init='impulse2025')),
     ('vit_tiny_patch16_224_mimetic', dict(embed_dim=32, depth=1, num_heads=2)),
     ('vit_base_patch16_224_impulse3', dict(embed_dim=32, depth=1, num_heads=2)),
+    ('swin_tiny_patch2_window4_32_impulse3', dict(embed_dim=24, depths=(2, 2), num_heads=(3, 6))),
+    ('swin_tiny_patch2_window4_32_mimetic', dict(embed_dim=24, depths=(2,), num_heads=(2,))),
 ]
+PLAIN_CLASS = {timm_structinit.StructVisionTransformer: 'VisionTransformer',
+               timm_structinit.StructSwinTransformer: 'SwinTransformer'}
 CLASSES = ['cat', 'dog', 'frog', 'ship', 'truck']
 
 
@@ -415,16 +419,17 @@ def test_exports_load_in_plain_timm_with_the_same_outputs(tmp_path):
             expected = model.eval()(x)
         for source in ('local-dir', 'hf-hub'):
             result = plain[str(folder), source]
-            assert result['cls'] == 'VisionTransformer', (folder, source)
+            assert result['cls'] == PLAIN_CLASS[type(model)], (folder, source)
             assert torch.allclose(result['logits'], expected, rtol=0, atol=1e-6), (folder, source)
         # with the plugin, the same line gives the registered model: same class, table, init record and outputs
         # (an init solved on propagated layer inputs depends on the other weights too: seeded as the export was)
         torch.manual_seed(seeds.get(folder, 0))
         loaded = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
-        assert type(loaded) is type(model) is timm_structinit.StructVisionTransformer, folder
-        assert loaded.sincos_pos_embed == model.sincos_pos_embed and not loaded.pos_embed.requires_grad == (
-            model.sincos_pos_embed), folder
-        assert loaded.pos_embed_scale == model.pos_embed_scale, folder
+        assert type(loaded) is type(model) and type(model) in PLAIN_CLASS, folder
+        if type(model) is timm_structinit.StructVisionTransformer:
+            assert loaded.sincos_pos_embed == model.sincos_pos_embed and not loaded.pos_embed.requires_grad == (
+                model.sincos_pos_embed), folder
+            assert loaded.pos_embed_scale == model.pos_embed_scale, folder
         if folder != trained:  # a trained export's rebuilt init is not seeded (see the card tests)
             assert loaded.struct_init_record == model.struct_init_record, folder
         assert _state_dicts_identical(loaded.state_dict(), model.state_dict()), folder

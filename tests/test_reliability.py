@@ -118,7 +118,7 @@ def test_adam_solver_from_apply_init_under_no_grad():
 
 @pytest.mark.parametrize('init', timm_structinit.list_inits())
 @pytest.mark.parametrize('name,words', [
-    ('swin_tiny_patch4_window7_224', ['SwinTransformer is not supported', '(96, 3)', 'VisionTransformer']),
+    ('swinv2_tiny_window8_256', ['SwinTransformerV2 is not supported', '(96, 3)', 'VisionTransformer']),
 ])
 def test_unsupported_model_is_refused_and_unchanged(init, name, words):
     model = timm.create_model(name, pretrained=False)

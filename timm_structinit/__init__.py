@@ -5,6 +5,8 @@ Importing this package registers its models with timm, so `timm.create_model('vi
 from .pillow_compat import make_posterize_zero_bits_safe
 from .inits import apply_init, list_inits, make_init_cfg, register_init
 from .vision_transformer import CIFAR10_MEAN, CIFAR10_STD, StructVisionTransformer
+from .swin_transformer import StructSwinTransformer
+from .mlp_mixer import StructMlpMixer
 
 __version__ = '0.1.0'
 

@@ -160,10 +160,9 @@ def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_show(args: argparse.Namespace) -> int:
-    from .inits.heads import find_attention
-    from .diagnostics import format_summary, load_images, plot_layer, summarize
     from .hub import build_model
-    from .inits import apply_init, get_init
+    from .inits import apply_init, get_init, model_family
+    from .diagnostics import load_images
     if args.init is not None:
         get_init(args.init)  # an unknown name fails before the model is built
     if args.num_images < 1:
@@ -172,11 +171,11 @@ def _run_show(args: argparse.Namespace) -> int:
                         use_ema=args.use_ema)
     if args.init is not None:
         apply_init(model, args.init, seed=args.seed, **args.init_kwargs)
-    depth = len(find_attention(model))
+    vit = model_family(model) == 'vit'
+    depth = _show_depth(model, vit)
     if not 0 <= args.layer < depth:
         raise ValueError(f'--layer={args.layer} is out of range; the model has layers 0..{depth - 1}')
     images = load_images(args.images, model, args.num_images) if args.images else None
-    rows = summarize(model, images)
     record = getattr(model, 'struct_init_record', None)
     if record:
         print(f"init: {record['method']} (seed {record['seed']}"
@@ -184,11 +183,29 @@ def _run_show(args: argparse.Namespace) -> int:
               + ')')
     else:
         print('init: timm default (no structured init)')
-    print(format_summary(rows))
     out = args.out or f'{args.model.replace("/", "_").replace(":", "_")}_layer{args.layer}.png'
-    plot_layer(model, args.layer, out, images=images, title=f'{args.model}: layer {args.layer}')
+    title = f'{args.model}: layer {args.layer}'
+    if vit:
+        from .diagnostics import format_summary, plot_layer, summarize
+        print(format_summary(summarize(model, images)))
+        plot_layer(model, args.layer, out, images=images, title=title)
+    else:
+        from .family_maps import family_summary, plot_family_layer
+        print(f'{"layer":>5} {"head":>4} {"offset":>8} {"mass":>6}')
+        for r in family_summary(model, images):
+            print(f'{r["layer"]:5d} {r["head"]:4d} {str(r["offset"]):>8} {r["mass"]:6.3f}')
+        plot_family_layer(model, args.layer, out, images=images, title=title)
     print(f'figure: {out}')
     return 0
+
+
+def _show_depth(model, vit: bool) -> int:
+    if vit:
+        from .inits.heads import find_attention
+        return len(find_attention(model))
+    from .inits.mixer import token_mixing_blocks
+    from .inits.swin import window_attentions
+    return len(window_attentions(model) or token_mixing_blocks(model))
 
 
 register_command(

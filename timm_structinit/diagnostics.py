@@ -17,7 +17,7 @@ from .inits.impulse_solvers import attention_maps, map_metrics
 
 __all__ = [
     'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
-    'format_summary', 'plot_layer', 'load_images', 'layer_image_mass',
+    'format_summary', 'plot_layer', 'load_images', 'layer_image_mass', 'impulse_offsets',
     'plot_target_mass',
 ]
 
@@ -138,9 +138,11 @@ def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
         raise ValueError(str(e)) from None
 
 
-def _impulse_offsets(model: nn.Module) -> Optional[List[List[List[int]]]]:
-    """ Per layer and head, the target offset of the model's impulse init; None for a model without one. """
-    return (getattr(model, 'struct_init_record', None) or {}).get('offsets')
+def impulse_offsets(model: nn.Module) -> Optional[List[List[List[int]]]]:
+    """ Per layer and head, the target offset of a ViT's impulse init; None for a model without one (or a Swin or
+    Mixer record, whose offsets are windows' and blocks'). """
+    record = getattr(model, 'struct_init_record', None) or {}
+    return None if 'family' in record else record.get('offsets')
 
 
 @torch.no_grad()
@@ -151,7 +153,7 @@ def layer_image_mass(model: nn.Module, images: torch.Tensor) -> Optional[List[fl
     This is the structure a real input sees, so tracked through training it shows whether the locality an impulse
     init starts from is kept or fades.
     """
-    offsets = _impulse_offsets(model)
+    offsets = impulse_offsets(model)
     if offsets is None:
         return None
     grid = _grid(model)

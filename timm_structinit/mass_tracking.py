@@ -13,7 +13,7 @@ from timm.data import create_loader
 
 from .atomic import atomic_file
 from .data import ClassBalancedSubset
-from .diagnostics import layer_image_mass, plot_target_mass
+from .diagnostics import impulse_offsets, layer_image_mass, plot_target_mass
 
 __all__ = ['TargetMassTracker', 'mass_columns', 'MASS_IMAGES']
 
@@ -34,7 +34,7 @@ class TargetMassTracker:
 
     @staticmethod
     def applies_to(model: nn.Module) -> bool:
-        return bool((getattr(model, 'struct_init_record', None) or {}).get('offsets'))
+        return bool(impulse_offsets(model))
 
     def measure(self, model: nn.Module, epoch: int) -> Dict[str, float]:
         """ Measure after `epoch` epochs (0: before training), append to the CSV, return the row. """

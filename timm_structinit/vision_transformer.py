@@ -26,7 +26,7 @@ from timm.models import VisionTransformer, build_model_with_cfg, generate_defaul
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 from .pos_embed import check_sincos_dim, sincos_pos_embed
-from .inits import apply_init_cfg, list_inits, make_init_cfg
+from .struct_init_args import StructInitArgs
 
 __all__ = ['StructVisionTransformer', 'CIFAR10_MEAN', 'CIFAR10_STD']
 
@@ -35,7 +35,7 @@ CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
-class StructVisionTransformer(VisionTransformer):
+class StructVisionTransformer(StructInitArgs, VisionTransformer):
     """ timm VisionTransformer + fixed sin-cos position embedding + structured attention init.
 
     Accepts every `VisionTransformer` argument. Additional / extended arguments:
@@ -69,20 +69,8 @@ class StructVisionTransformer(VisionTransformer):
             check_sincos_dim(embed_dim)
         # attributes read by init_weights(), which VisionTransformer.__init__ calls: set them first
         self.sincos_pos_embed = pos_embed == 'sincos'
-        self.struct_init = struct_init
-        self.struct_init_kwargs = dict(struct_init_kwargs or {})
-        self.struct_init_seed = struct_init_seed
-        self.struct_init_record: Optional[Dict[str, Any]] = None
         self.pos_embed_scale = 1.0  # an init may scale the position table; the model keeps the scale
-        if struct_init is None and struct_init_kwargs:
-            # (a struct_init_seed alone is harmless: tools pass one to every model so that any init is seeded)
-            raise ValueError(
-                f'struct_init_kwargs={struct_init_kwargs} given without struct_init, so nothing would use them; add '
-                f'struct_init=NAME (one of {", ".join(list_inits())}) or use a registered init model such as '
-                f'vit_tiny_patch2_32_mimetic')
-        # hyperparameters checked once, here, before timm allocates anything; the model's shape is checked when
-        # the init is applied (init_weights), from the built model
-        self.struct_init_cfg = None if struct_init is None else make_init_cfg(struct_init, **self.struct_init_kwargs)
+        self._set_struct_init('vit', struct_init, struct_init_kwargs, struct_init_seed, 'vit_tiny_patch2_32_mimetic')
         super().__init__(*args, pos_embed='learn' if self.sincos_pos_embed else pos_embed, **kwargs)
         if self.sincos_pos_embed:
             self.pos_embed.requires_grad_(False)
@@ -105,8 +93,7 @@ class StructVisionTransformer(VisionTransformer):
         self.pos_embed_scale = 1.0  # timm redrew a learned table; a fixed one is rebuilt unscaled, then the init
         if self.sincos_pos_embed:
             self._reset_sincos()
-        if self.struct_init is not None:
-            apply_init_cfg(self, self.struct_init, self.struct_init_cfg, seed=self.struct_init_seed)
+        self._apply_struct_init()
 
     def set_input_size(self, img_size=None, patch_size=None) -> None:
         super().set_input_size(img_size=img_size, patch_size=patch_size)

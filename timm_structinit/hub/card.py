@@ -5,7 +5,7 @@ seed, solver, training recipe) and what to cite. It is built from config.json, s
 holds: file, dataset and recipe names, never a local path.
 """
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import timm
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -26,6 +26,21 @@ _METHOD_PAPERS = {'mimetic': ['2305.09828'], 'impulse': ['2404.01139', '2505.199
 _METRIC_NAMES = {'top1': 'top-1 accuracy', 'top5': 'top-5 accuracy'}
 
 
+class ModelKind(NamedTuple):
+    name: str  # in prose
+    timm_class: str  # the timm class the package model subclasses
+    tag: str  # the Hub tag
+
+
+def model_kind(model: nn.Module) -> ModelKind:
+    from timm.models import MlpMixer, SwinTransformer
+    if isinstance(model, SwinTransformer):
+        return ModelKind('Swin Transformer', 'SwinTransformer', 'swin-transformer')
+    if isinstance(model, MlpMixer):
+        return ModelKind('MLP-Mixer', 'MlpMixer', 'mlp-mixer')
+    return ModelKind('Vision Transformer', 'VisionTransformer', 'vision-transformer')
+
+
 def fmt(value: Any) -> str:
     """ A compact inline rendering: numbers as they are (floats at 6 significant digits, in containers too), any
     other value as JSON in a code span. """
@@ -44,7 +59,7 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
                      for row in [header, ['---'] * len(header), *rows])
 
 
-def _card_data(config: Mapping[str, Any], own: Mapping[str, Any], title: str) -> ModelCardData:
+def _card_data(config: Mapping[str, Any], own: Mapping[str, Any], title: str, kind: ModelKind) -> ModelCardData:
     trained, method = own['trained'] or {}, (own['struct_init'] or {}).get('method')
     ev, data = trained.get('eval'), trained.get('dataset') or {}
     results = None
@@ -57,12 +72,12 @@ def _card_data(config: Mapping[str, Any], own: Mapping[str, Any], title: str) ->
     return ModelCardData(
         model_name=title, library_name='timm', pipeline_tag='image-classification', eval_results=results,
         license=config['pretrained_cfg'].get('license', 'apache-2.0'), base_model=trained.get('base_model'),
-        tags=['image-classification', 'timm', 'timm-structinit', 'vision-transformer'] + (
+        tags=['image-classification', 'timm', 'timm-structinit', kind.tag] + (
             [f'{method}-init'] if method else []), datasets=[data['hub_id']] if data.get('hub_id') else None)
 
 
 def _load_section(config: Mapping[str, Any], own: Mapping[str, Any], model_name: str, load_id: str,
-                  sincos: bool) -> List[str]:
+                  sincos: bool, kind: ModelKind) -> List[str]:
     line = f'model = timm.create_model("{load_id}", pretrained=True)'
     plugin = f'```python\nimport timm\nimport timm_structinit  # registers the architecture with timm\n\n{line}\n```'
     needs = (f'`local-dir:` needs timm >= 1.0.16; written with timm {timm.__version__} and timm-structinit '
@@ -75,11 +90,11 @@ def _load_section(config: Mapping[str, Any], own: Mapping[str, Any], model_name:
                                         '`pretrained=True` draws these weights again']
     return [
         '## How to load',
-        f'Plain timm builds `{config["architecture"]}` with the `model_args` of config.json (a `VisionTransformer` of '
+        f'Plain timm builds `{config["architecture"]}` with the `model_args` of config.json (a `{kind.timm_class}` of '
         'this geometry) and loads these weights strictly; its outputs are the same:',
         f'```python\nimport timm\n\n{line}\n```',
         f'With `timm_structinit` imported first, the same line builds the registered `{model_name}` (a '
-        f'`StructVisionTransformer`{": " + "; ".join(gains) if gains else ""}):', plugin, needs]
+        f'`Struct{kind.timm_class}`{": " + "; ".join(gains) if gains else ""}):', plugin, needs]
 
 
 def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping[str, Any],
@@ -173,10 +188,11 @@ def model_card(model: nn.Module, config: Dict[str, Any], model_name: str, model_
     init = f'{method} initialization' if method else "timm's default initialization (no structured init)"
     state = 'trained weights' if own['trained'] else \
         'initial weights, before any training: a run that loads them starts from exactly this point'
-    blocks = [f'# {title}', f'A timm Vision Transformer (`{model_name}`) with {init}. These are the {state}.']
-    blocks += _load_section(config, own, model_name, load_id, bool(getattr(model, 'sincos_pos_embed', False)))
+    kind = model_kind(model)
+    blocks = [f'# {title}', f'A timm {kind.name} (`{model_name}`) with {init}. These are the {state}.']
+    blocks += _load_section(config, own, model_name, load_id, bool(getattr(model, 'sincos_pos_embed', False)), kind)
     blocks += _init_section(own, model_name, model_kwargs, len(getattr(model, 'blocks', ())))
     blocks += _architecture_section(model, config, own)
     blocks += _training_section(own['trained']) if own['trained'] else []
     blocks += _citation_section(method, config['pretrained_cfg'])
-    return ModelCard(f'---\n{_card_data(config, own, title).to_yaml()}\n---\n\n' + '\n\n'.join(blocks) + '\n')
+    return ModelCard(f'---\n{_card_data(config, own, title, kind).to_yaml()}\n---\n\n' + '\n\n'.join(blocks) + '\n')

@@ -17,7 +17,7 @@ import huggingface_hub
 import safetensors
 import timm
 import torch
-from timm.models import VisionTransformer, get_model_args, is_model, load_state_dict, model_entrypoint, save_for_hf
+from timm.models import get_model_args, is_model, load_state_dict, model_entrypoint, save_for_hf
 from timm.utils import load_checkpoint_metadata
 from torch import nn
 
@@ -67,6 +67,15 @@ def _is_package_model(model_name: str) -> bool:
     return model_entrypoint(model_name).__module__.startswith('timm_structinit.')
 
 
+def _model_class(model_name: str) -> type:
+    """ The class a package entrypoint builds (the one class its module defines for it). """
+    from ..mlp_mixer import StructMlpMixer
+    from ..swin_transformer import StructSwinTransformer
+    from ..vision_transformer import StructVisionTransformer
+    classes = {cls.__module__: cls for cls in (StructVisionTransformer, StructSwinTransformer, StructMlpMixer)}
+    return classes[model_entrypoint(model_name).__module__]
+
+
 def _check_model_kwargs(model_name: str, model_kwargs: Any) -> Dict[str, Any]:
     if not isinstance(model_kwargs, (Mapping, type(None))) or not all(isinstance(k, str) for k in model_kwargs or {}):
         raise ValueError(f'model_kwargs must be a dict with string keys, got {model_kwargs!r}')
@@ -75,8 +84,8 @@ def _check_model_kwargs(model_name: str, model_kwargs: Any) -> Dict[str, Any]:
         raise ValueError(f'model_kwargs may not set {key!r}: export builds the model itself (trained weights come '
                          f'from checkpoint= / --checkpoint) and writes the registered pretrained_cfg')
     if _is_package_model(model_name):  # timm's own models check their arguments themselves
-        from ..vision_transformer import StructVisionTransformer
-        valid = sorted({p for cls in (StructVisionTransformer, VisionTransformer)
+        model_cls = _model_class(model_name)
+        valid = sorted({p for cls in model_cls.__mro__ if '__init__' in vars(cls) and cls is not nn.Module
                         for p in inspect.signature(cls.__init__).parameters} - {'self', 'args', 'kwargs'}
                        | {'out_indices'})
         unknown = sorted(set(kwargs) - set(valid))

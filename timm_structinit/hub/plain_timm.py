@@ -1,7 +1,7 @@
 """ A config.json that plain timm loads, and the hook that lets the plugin rebuild its own registered model.
 
 A package model's state dict (the fixed sin-cos table included, as `pos_embed`) loads strictly into timm's own
-`VisionTransformer` of the same geometry. An export therefore names a timm architecture with the `model_args` of that
+`VisionTransformer` (`SwinTransformer`) of the same geometry. An export therefore names a timm architecture with the `model_args` of that
 geometry, and keeps the registered name and its model_args under the top-level `timm_structinit` key, which timm
 ignores and `install_config_hook` reads.
 """
@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 import timm
 import torch
 from timm.models import VisionTransformer, get_model_args, is_model
+from timm.models.swin_transformer import SwinTransformer
 from torch import nn
 
 _logger = logging.getLogger(__name__)
@@ -27,11 +28,16 @@ def _side(size: Tuple[int, int]) -> Any:
     return size[0] if size[0] == size[1] else list(size)
 
 
+def _timm_args(model: nn.Module, timm_class: type) -> Dict[str, Any]:
+    """ The arguments `model` was created with that `timm_class` takes (the plugin's own left out). """
+    timm_params = inspect.signature(timm_class.__init__).parameters
+    return {k: v for k, v in get_model_args(model).items() if k in timm_params and k not in _NOT_PLAIN}
+
+
 def plain_model_args(model: nn.Module) -> Dict[str, Any]:
     """ timm `VisionTransformer` arguments for `model`'s geometry: the arguments it was created with that timm's
     class takes, and every size read from the model itself (a registered variant sets them in its entrypoint). """
-    timm_params = inspect.signature(VisionTransformer.__init__).parameters
-    args = {k: v for k, v in get_model_args(model).items() if k in timm_params and k not in _NOT_PLAIN}
+    args = _timm_args(model, VisionTransformer)
     if args.get('pos_embed') == 'sincos':
         del args['pos_embed']  # timm's learned table has the same shape; the export stores the fixed values
     args.update(
@@ -50,8 +56,8 @@ def loads_in_plain_timm(model: nn.Module, architecture: str, model_args: Dict[st
         with torch.random.fork_rng(devices=[]):
             plain = timm.create_model(architecture, weight_init='skip', **model_args)
         plain.load_state_dict(model.state_dict(), strict=True)
-        x = torch.randn(2, model.patch_embed.proj.in_channels, *model.patch_embed.img_size,
-                        generator=torch.Generator().manual_seed(0))
+        stem = getattr(model, 'patch_embed', None) or model.stem
+        x = torch.randn(2, stem.proj.in_channels, *stem.img_size, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             return torch.allclose(plain.eval()(x), model.eval()(x), rtol=0, atol=1e-6)
     except (TypeError, ValueError, RuntimeError, AssertionError) as e:
@@ -61,14 +67,39 @@ def loads_in_plain_timm(model: nn.Module, architecture: str, model_args: Dict[st
         model.train(was_training)
 
 
+def _swin_args(model: SwinTransformer) -> Dict[str, Any]:
+    """ timm `SwinTransformer` arguments for `model`'s geometry, read from the model as for ViT. """
+    stages = list(model.layers)
+    first = stages[0].blocks[0]
+    return dict(
+        _timm_args(model, SwinTransformer), img_size=_side(model.patch_embed.img_size),
+        patch_size=_side(model.patch_embed.patch_size), in_chans=model.in_chans, num_classes=model.num_classes,
+        global_pool=model.global_pool, embed_dim=model.embed_dim, window_size=_side(first.window_size),
+        depths=[len(stage.blocks) for stage in stages], num_heads=[stage.blocks[0].attn.num_heads for stage in stages],
+        mlp_ratio=first.mlp_ratio)
+
+
+# timm classes the package subclasses: the timm architecture whose entrypoint takes any of their geometries, and
+# the geometry's arguments. (timm's Mixer entrypoints fix patch_size, num_blocks and embed_dim, so no timm name
+# builds another Mixer geometry: Mixer exports need the plugin.)
+_PLAIN = ((SwinTransformer, 'swin_tiny_patch4_window7_224', _swin_args),)
+
+
 def plain_timm_config(model: nn.Module, model_name: str) -> Optional[Tuple[str, Dict[str, Any]]]:
     """ (timm architecture, model_args) under which plain timm loads `model` with the same outputs, or None. """
-    if not isinstance(model, VisionTransformer) or type(model) is VisionTransformer:
+    plain = [(arch, read) for cls, arch, read in _PLAIN if isinstance(model, cls) and type(model) is not cls]
+    if plain:
+        (architecture, read), = plain
+        args = read(model)
+    elif isinstance(model, VisionTransformer) and type(model) is not VisionTransformer:
+        # the size in the name is cosmetic: model_args set every size the weights have
+        match = re.match(r'vit_(tiny|small|base|large)_', model_name)
+        architecture, args = f'vit_{match.group(1) if match else "base"}_patch16_224', plain_model_args(model)
+    elif type(model).__module__.startswith('timm.'):
         return None  # timm's own models are written as they are
-    # the size in the name is cosmetic: model_args set every size the weights have
-    match = re.match(r'vit_(tiny|small|base|large)_', model_name)
-    architecture, args = f'vit_{match.group(1) if match else "base"}_patch16_224', plain_model_args(model)
-    if loads_in_plain_timm(model, architecture, args):
+    else:
+        architecture = None
+    if architecture is not None and loads_in_plain_timm(model, architecture, args):
         return architecture, args
     _logger.warning(f'{model_name} with these model_kwargs has no plain timm equivalent; the export needs '
                     f'`import timm_structinit` to load')

@@ -8,11 +8,16 @@ An init is a name, a frozen dataclass of hyperparameters (each field's metadata 
 and a function `apply(model, attns, cfg, generator) -> record` that writes weights in place. Presets are the same
 function with other defaults (`impulse2025` is `impulse` with the 2025 paper's settings). Hyperparameters are checked
 before any weight is touched, and every error names the bad value and what would be valid.
+
+Other model families (`model_family`): an init may have a version for timm's Swin Transformer (`swin`: the impulse
+in the relative position bias, mimetic per stage) and MLP-Mixer (`mixer`: the impulse as a token shift), each with
+its own hyperparameter dataclass, so `apply_init(model, name)` takes the version the model needs.
 """
 import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -21,10 +26,22 @@ from torch import nn
 from .heads import find_attention
 from .impulse import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
 from .mimetic import MimeticCfg, mimetic_init_
+from .mixer import MixerImpulseCfg, mixer_impulse_init_, token_mixing_blocks
+from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window_attentions
 from .threads import one_thread
 
-__all__ = ['StructInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init', 'apply_init_cfg',
-           'model_geometry']
+__all__ = ['StructInit', 'FamilyInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init',
+           'apply_init_cfg', 'model_geometry', 'model_family']
+
+FAMILIES = {'vit': 'ViT-style', 'swin': 'Swin Transformer', 'mixer': 'MLP-Mixer'}
+
+
+@dataclass(frozen=True)
+class FamilyInit:
+    """ An init's version for another model family: its hyperparameters and `apply(model, cfg, generator)`. """
+    cfg_cls: type
+    apply: Callable[[nn.Module, Any, torch.Generator], Dict[str, Any]]
+    preset: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,7 @@ class StructInit:
     # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens, has_pos_embed, rotary (None or the
     # rotary embedding's class name)
     check_model: Optional[Callable[[Any, Dict[str, Any]], None]] = None
+    families: Dict[str, FamilyInit] = field(default_factory=dict)  # 'swin', 'mixer'
 
 
 _INITS: Dict[str, StructInit] = {}
@@ -86,16 +104,41 @@ def _check_value(cls_name: str, f: dataclasses.Field, value: Any) -> Any:
     return value
 
 
-def make_init_cfg(name: str, **kwargs) -> Any:
-    """ The validated hyperparameter dataclass of init `name`: its preset, overridden by kwargs. """
+def model_family(model: nn.Module) -> str:
+    """ 'swin' (timm SwinTransformer window attention), 'mixer' (timm MlpMixer blocks) or 'vit' (everything else,
+    which the ViT path checks). """
+    if window_attentions(model):
+        return 'swin'
+    if token_mixing_blocks(model):
+        return 'mixer'
+    return 'vit'
+
+
+def _family_version(name: str, family: str) -> Any:
+    """ (cfg class, preset) of init `name` for a model family; ValueError naming the inits that have one. """
     init = get_init(name)
-    fields = {f.name: f for f in dataclasses.fields(init.cfg_cls)}
+    if family == 'vit':
+        return init.cfg_cls, init.preset
+    if family not in init.families:
+        having = [n for n in list_inits() if family in _INITS[n].families]
+        raise ValueError(f'struct_init {name!r} has no version for {FAMILIES[family]} models; valid there: '
+                         f'{", ".join(having)}')
+    return init.families[family].cfg_cls, init.families[family].preset
+
+
+def make_init_cfg(name: str, family: str = 'vit', **kwargs) -> Any:
+    """ The validated hyperparameter dataclass of init `name` (for a model of `family`, see `model_family`): its
+    preset, overridden by kwargs. """
+    cfg_cls, preset = _family_version(name, family)
+    fields = {f.name: f for f in dataclasses.fields(cfg_cls)}
     unknown = sorted(set(kwargs) - set(fields))
     if unknown:
-        raise ValueError(f'unknown hyperparameter(s) {unknown} for struct_init {name!r}; valid: {sorted(fields)}')
-    values = {**init.preset, **kwargs}
-    checked = {k: _check_value(init.cfg_cls.__name__, fields[k], v) for k, v in values.items()}
-    cfg = init.cfg_cls(**checked)
+        where = '' if family == 'vit' else f' on {FAMILIES[family]} models'
+        raise ValueError(f'unknown hyperparameter(s) {unknown} for struct_init {name!r}{where}; valid: '
+                         f'{sorted(fields)}')
+    values = {**preset, **kwargs}
+    checked = {k: _check_value(cfg_cls.__name__, fields[k], v) for k, v in values.items()}
+    cfg = cfg_cls(**checked)
     post = getattr(cfg, 'validate', None)
     if post is not None:
         post()
@@ -106,37 +149,44 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, **kwargs
     """ Apply structured init `name` to a timm ViT-style model in place and return its init record.
 
     Works on any model with timm's fused-qkv attention of one width, e.g.
-    `apply_init(timm.create_model('deit_small_patch16_224'), 'mimetic')`. Only attention weights (and, for
+    `apply_init(timm.create_model('deit_small_patch16_224'), 'mimetic')`, and on timm's Swin Transformer and
+    MLP-Mixer with the init's version for them (`model_family`). Only attention weights (and, for
     inits that say so, the position table) change. Everything is checked before any weight is written, and if the
     init fails anyway the model is left as it was. `seed` makes the result reproducible bit for bit on one
     machine, whatever the number of torch threads (the init's math runs on one thread); without it, a seed is drawn
     from torch's global generator (so `torch.manual_seed` governs it) and recorded. The record is also stored as
     `model.struct_init_record`.
     """
-    return apply_init_cfg(model, name, make_init_cfg(name, **kwargs), seed=seed)
+    return apply_init_cfg(model, name, make_init_cfg(name, model_family(model), **kwargs), seed=seed)
 
 
 def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None) -> Dict[str, Any]:
     """ `apply_init` with hyperparameters already validated by `make_init_cfg` (a model checks them once, when it
     is built, and applies them at every `init_weights`). The model's shape is checked here, read by
     `model_geometry`. """
-    init = get_init(name)
-    if not isinstance(cfg, init.cfg_cls):
-        raise TypeError(f'cfg of struct_init {name!r} must be a {init.cfg_cls.__name__} from make_init_cfg, '
+    init, family = get_init(name), model_family(model)
+    cfg_cls = _family_version(name, family)[0]
+    if not isinstance(cfg, cfg_cls):
+        raise TypeError(f'cfg of struct_init {name!r} must be a {cfg_cls.__name__} from make_init_cfg, '
                         f'got {type(cfg).__name__}')
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
         raise ValueError(f'seed={seed!r} must be a non-negative integer or None')
-    attns = find_attention(model)
-    if init.check_model is not None:
-        init.check_model(cfg, model_geometry(model, attns))
+    if family == 'vit':
+        attns = find_attention(model)
+        if init.check_model is not None:
+            init.check_model(cfg, model_geometry(model, attns))
+        backup = _writable_state(model, attns)
+        apply = partial(init.apply, model, attns)
+    else:  # the family's own function checks the model before it writes anything
+        backup = {'tensors': [(p, p.detach().clone()) for p in model.parameters()], 'pos_embed_scale': None}
+        apply = partial(init.families[family].apply, model)
     if seed is None:
         seed = int(torch.randint(0, 2 ** 62, (1,)).item())
     generator = torch.Generator().manual_seed(int(seed))
     record = {'method': name, 'seed': int(seed), 'cfg': dataclasses.asdict(cfg)}
-    backup = _writable_state(model, attns)
     try:
         with one_thread():
-            record.update(init.apply(model, attns, cfg, generator))
+            record.update(apply(cfg, generator))
     except BaseException:
         _restore(model, backup)
         raise
@@ -185,12 +235,18 @@ def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, ge
 register_init(StructInit(
     'mimetic', MimeticCfg, _apply_mimetic,
     description='Trockman & Kolter 2023: W_q W_k^T ~ +I (rank-k per head), W_v W_proj ~ -I',
+    families={'swin': FamilyInit(MimeticCfg, swin_mimetic_init_)},
 ))
+_IMPULSE_FAMILIES = {'swin': FamilyInit(SwinImpulseCfg, swin_impulse_init_),
+                     'mixer': FamilyInit(MixerImpulseCfg, mixer_impulse_init_)}
 register_init(StructInit(
     'impulse', ImpulseCfg, impulse_init_, check_model=check_impulse_model,
     description='Zheng et al. 2024: each head starts as a random f x f impulse filter (capped solve, sin-cos input)',
+    families=_IMPULSE_FAMILIES,
 ))
 register_init(StructInit(
     'impulse2025', ImpulseCfg, impulse_init_, preset=IMPULSE2025, check_model=check_impulse_model,
     description='Zheng et al. 2025: closed-form impulse Q/K (SVD, factors at norm 7), mimetic V/proj, x18 PE',
+    families={'swin': FamilyInit(SwinImpulseCfg, swin_impulse_init_, dict(offsets='fixed', vproj='mimetic')),
+              'mixer': FamilyInit(MixerImpulseCfg, mixer_impulse_init_, dict(offsets='fixed'))},
 ))

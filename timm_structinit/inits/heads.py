@@ -37,12 +37,13 @@ def find_attention(model: nn.Module) -> List[nn.Module]:
             f'{kinds or "none"}. Structured inits support timm ViT-style models (vit_*, deit_*, ...).')
     shapes = sorted({(a.qkv.in_features, a.num_heads) for a in attns})
     if len(shapes) > 1:
-        # hierarchical models (Swin's window attention, PVT, ...) change width from stage to stage; the inits
-        # here assume one token grid and one width throughout, as in a plain ViT
+        # hierarchical models change width from stage to stage; the ViT path assumes one token grid and one width
+        # throughout (timm's Swin V1 has its own path, see inits.swin)
         raise ValueError(
             f'{type(model).__name__} is not supported: its attention modules have (width, heads) {shapes}, '
             f'not one shape. Structured inits support plain ViT-style models with one width and fused-qkv '
-            f'attention over all tokens (timm VisionTransformer: vit_*, deit_*, ...)')
+            f'attention over all tokens (timm VisionTransformer: vit_*, deit_*, ...), timm\'s SwinTransformer '
+            f'(swin_*) and MlpMixer (mixer_*)')
     for i, attn in enumerate(attns):
         for name in ('q_norm', 'k_norm'):
             norm = getattr(attn, name, None)

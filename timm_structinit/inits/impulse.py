@@ -38,8 +38,9 @@ from .impulse_solvers import SOLVERS
 from .mimetic import MimeticCfg, mimetic_vproj_init_
 
 __all__ = [
-    'window_offsets', 'fixed_order', 'draw_offsets', 'impulse_target', 'pseudo_input', 'ImpulseCfg',
-    'impulse_init_', 'impulse_pseudo_input', 'check_impulse_model', 'OFFSET_POLICIES', 'BORDERS', 'IMPULSE2025',
+    'window_offsets', 'fixed_order', 'draw_offsets', 'draw_offsets_cycled', 'impulse_target', 'pseudo_input',
+    'ImpulseCfg', 'impulse_init_', 'impulse_pseudo_input', 'check_impulse_model', 'OFFSET_POLICIES', 'BORDERS',
+    'IMPULSE2025',
 ]
 
 OFFSET_POLICIES = ('distinct', 'random', 'fixed')
@@ -102,6 +103,22 @@ def draw_offsets(
     else:
         raise ValueError(f'offsets={policy!r} is not valid; choose one of {list(OFFSET_POLICIES)}')
     return [window[i] for i in index]
+
+
+def draw_offsets_cycled(
+        count: int,
+        kernel_size: int,
+        policy: str,
+        generator: torch.Generator,
+) -> List[Tuple[int, int]]:
+    """ `count` offsets where there may be more heads (or blocks) than window offsets: `distinct` takes a fresh
+    permutation of the window for every f*f of them; the other policies are `draw_offsets`'. """
+    if policy != 'distinct':
+        return draw_offsets(count, kernel_size, policy, generator)
+    offsets: List[Tuple[int, int]] = []
+    while len(offsets) < count:
+        offsets += draw_offsets(min(kernel_size ** 2, count - len(offsets)), kernel_size, policy, generator)
+    return offsets
 
 
 def impulse_target(grid_size: Sequence[int], offset: Tuple[int, int], border: str = 'zero') -> torch.Tensor:
