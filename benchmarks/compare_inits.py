@@ -184,12 +184,15 @@ def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
         print(f'[skip] {run}: done', flush=True)
         return
     work = runs_dir / f'{run}.partial'
-    if work.exists():  # an interrupted run: start it again from scratch
-        shutil.rmtree(work)
     command = train_command(name, seed, data_dir, work)
-    print(f'[run] {run}: {" ".join(command)}', flush=True)
+    resumed = (work / 'last.pth.tar').exists()
+    if resumed:  # an interrupted run: go on from its last finished epoch (epochs are seeded, so this is exact)
+        command += ['--resume', str(work)]
+    elif work.exists():  # interrupted before its first epoch finished
+        shutil.rmtree(work)
+    print(f'[{"resume" if resumed else "run"}] {run}: {" ".join(command)}', flush=True)
     start = time.time()
-    with open(runs_dir / f'{run}.log', 'w') as log:
+    with open(runs_dir / f'{run}.log', 'a' if resumed else 'w') as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                        env={**os.environ, 'PYTHONUNBUFFERED': '1'})
     rows = read_summary(work / 'summary.csv')
@@ -200,7 +203,7 @@ def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
         final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows), epochs=len(rows),
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
         target_mass=[{k: round(v, 4) for k, v in r.items()} for r in mass_rows],
-        seconds=round(time.time() - start, 1), command=' '.join(command[1:]),
+        seconds=round(time.time() - start, 1), resumed=resumed, command=' '.join(command[1:]),
         date=datetime.datetime.now().isoformat(timespec='seconds'))
     (work / 'result.json').write_text(json.dumps(result, indent=1))
     for ckpt in work.glob('*.pth.tar'):  # keep the record small: curves and results, not weights
