@@ -322,20 +322,6 @@ def test_overwrite_replaces_previous_run_files(tmp_path, capsys):
     assert (tmp_path / 'o' / 'notes.txt').read_text() == 'mine'  # files it did not write are kept
 
 
-def test_timm_train_script_passthrough(tmp_path, capsys):
-    script = tmp_path / 'train.py'
-    report = tmp_path / 'report.txt'
-    script.write_text(
-        'import sys, timm\n'
-        f'open({str(report)!r}, "w").write(repr((timm.is_model("vit_tiny_patch2_32_mimetic"), sys.argv[1:])))\n'
-        'sys.exit(3)\n')
-    code = train_mod.main(['--timm-train-script', str(script), '--model', 'x', '-c', 'cfg.yaml'])
-    assert code == 3
-    assert report.read_text() == repr((True, ['--model', 'x', '-c', 'cfg.yaml']))
-    code, out, err = run_main(['--timm-train-script', str(tmp_path / 'missing.py')], capsys)
-    assert code == 2 and 'not in the installed package' in err
-
-
 def test_class_balanced_subset_is_deterministic():
     digits = DigitsDataset('train')
     assert len(digits) == 1347 and len(DigitsDataset('test')) == 450

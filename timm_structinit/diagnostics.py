@@ -9,10 +9,9 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from .atomic import atomic_file
+from .figures import new_figure, save_figure
 from .inits.heads import find_attention, read_qk, read_vproj
-from .inits.impulse import impulse_target
-from .inits.impulse import impulse_pseudo_input
+from .inits.impulse import impulse_pseudo_input, impulse_target
 from .inits.impulse_solvers import attention_maps, map_metrics
 
 __all__ = [
@@ -234,10 +233,6 @@ def plot_layer(
     """ One figure for one layer: per head, the attention map on the pseudo input (whole and a zoomed corner),
     the same averaged over real images when given, the map of the centre query as a grid (the filter view), and
     W_q W_k^T; plus W_v W_proj. Written to a temporary file, then renamed. """
-    try:
-        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
-    except ImportError as err:  # an optional dependency
-        raise ImportError('figures need matplotlib: pip install "timm-structinit[plots]"') from err
     attn = find_attention(model)[layer]
     heads = attn.num_heads
     grid = _grid(model)
@@ -249,7 +244,7 @@ def plot_layer(
     qk = qk_products(attn)
     columns = ['pseudo input', f'zoom {zoom}x{zoom}', 'centre query'] + (
         ['real images', 'real zoom'] if real is not None else []) + ['W_q W_k^T']
-    fig = Figure(figsize=(2.6 * len(columns), 2.6 * (heads + 1)))
+    fig = new_figure(figsize=(2.6 * len(columns), 2.6 * (heads + 1)))
     axes = fig.subplots(heads + 1, len(columns), squeeze=False)
     centre = (grid[0] // 2) * grid[1] + grid[1] // 2
     for head in range(heads):
@@ -277,24 +272,15 @@ def plot_layer(
     for ax in axes[heads, 1:]:
         ax.axis('off')
     fig.suptitle(title or f'layer {layer}', fontsize=10)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_file(out) as tmp:
-        fig.savefig(tmp, dpi=90)
-    return out
+    return save_figure(fig, out, dpi=90)
 
 
 def plot_target_mass(rows: Sequence[Dict[str, float]], png_path: str, title: str = '') -> str:
     """ Real-image mass on the impulse targets per layer against the epoch (0: at init), from rows of
     `{'epoch': e, 'layer1': m, ...}`; written to a temporary file, then renamed. """
-    try:
-        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
-    except ImportError as err:  # an optional dependency
-        raise ImportError('figures need matplotlib: pip install "timm-structinit[plots]"') from err
     layers = [k for k in rows[0] if k.startswith('layer')]
     epochs = [r['epoch'] for r in rows]
-    fig = Figure(figsize=(6, 4), dpi=100)
+    fig = new_figure(figsize=(6, 4), dpi=100)
     ax = fig.subplots()
     for i, key in enumerate(layers):
         ax.plot(epochs, [r[key] for r in rows], marker='.', color=f'C{i % 10}', label=key.replace('layer', 'layer '))
@@ -302,7 +288,5 @@ def plot_target_mass(rows: Sequence[Dict[str, float]], png_path: str, title: str
     ax.set_ylim(0, None)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_file(png_path) as tmp:
-        fig.savefig(tmp)
+    save_figure(fig, png_path)
     return png_path

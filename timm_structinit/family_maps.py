@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .atomic import atomic_file
+from .figures import new_figure, save_figure
 from .inits.impulse import impulse_target
 from .inits.mixer import token_mixing_blocks
 from .inits.swin import window_attentions
@@ -95,13 +95,9 @@ def plot_family_layer(model: nn.Module, layer: int, out: Path, images: Optional[
                       title: str = '') -> Path:
     """ One layer: per head, the whole map and the centre query's row as a grid (the filter view). Written to a
     temporary file, then renamed. """
-    try:
-        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
-    except ImportError as err:  # an optional dependency
-        raise ImportError('figures need matplotlib: pip install "timm-structinit[plots]"') from err
     maps, grid = layer_maps(model, images)[layer]
     centre = (grid[0] // 2) * grid[1] + grid[1] // 2
-    fig = Figure(figsize=(5.2, 2.6 * maps.shape[0]))
+    fig = new_figure(figsize=(5.2, 2.6 * maps.shape[0]))
     axes = fig.subplots(maps.shape[0], 2, squeeze=False)
     for head, head_maps in enumerate(maps):
         for col, (panel, name) in enumerate([(head_maps, 'map'), (head_maps[centre].view(*grid), 'centre query')]):
@@ -110,9 +106,4 @@ def plot_family_layer(model: nn.Module, layer: int, out: Path, images: Optional[
             axes[head, col].set_title(name if head == 0 else '', fontsize=9)
         axes[head, 0].set_ylabel(f'head {head}', fontsize=9)
     fig.suptitle(title or f'layer {layer}', fontsize=10)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_file(out) as tmp:
-        fig.savefig(tmp, dpi=90)
-    return out
+    return save_figure(fig, out, dpi=90)

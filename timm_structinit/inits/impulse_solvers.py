@@ -191,7 +191,6 @@ def solve_fast(
     index = unique.clamp_min(0).unsqueeze(-1)
     scale = head_dim ** -0.5
     grad_scale = 2 * scale / (n * n)
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
     lr = lr_scale / dim
     state = [torch.zeros_like(wq), torch.zeros_like(wq), torch.zeros_like(wk), torch.zeros_like(wk)]
     for step in range(1, iters + 1):
@@ -203,20 +202,26 @@ def solve_fast(
         work = attn - (attn.square().sum(-1, keepdim=True) - on_target)
         work.scatter_add_(-1, index, -valid)
         d_m = y.T @ (attn.mul_(work) @ y) * grad_scale  # (count, r, r)
-        grads = (v @ (d_m @ e), v @ (d_m.mT @ c))
-        for param, grad, avg, sq in ((wq, grads[0], state[0], state[1]), (wk, grads[1], state[2], state[3])):
-            avg.lerp_(grad, 1 - beta1)
-            sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (sq / (1 - beta2 ** step)).sqrt_().add_(eps)
-            step_lr = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / iters))  # cosine decay to ~0
-            param.addcdiv_(avg, denom, value=-step_lr / (1 - beta1 ** step))
+        step_lr = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / iters))  # cosine decay to ~0
+        _adam_step_(wq, v @ (d_m @ e), state[0], state[1], step, step_lr)
+        _adam_step_(wk, v @ (d_m.mT @ c), state[2], state[3], step, step_lr)
     _cap_(wq, wk, nq)
     wq, wk = wq[inverse], wk[inverse]
     if reuse_solutions:
         perm, signs = _signed_permutation(targets.shape[0], head_dim, generator)
-        wq = wq.gather(-1, perm.unsqueeze(1).expand_as(wq)) * signs
-        wk = wk.gather(-1, perm.unsqueeze(1).expand_as(wk)) * signs
+        wq, wk = (w.gather(-1, perm.unsqueeze(1).expand_as(w)) * signs for w in (wq, wk))
     return _finish(x, wq, wk, targets, nq=[float(nq)], iters=iters, lr=lr, solves=count)
+
+
+def _adam_step_(
+        param: torch.Tensor, grad: torch.Tensor, avg: torch.Tensor, sq: torch.Tensor, step: int, lr: float,
+        beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+) -> None:
+    """ One bias-corrected Adam update of `param` in place, for a batch of heads at once. """
+    avg.lerp_(grad, 1 - beta1)
+    sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    denom = (sq / (1 - beta2 ** step)).sqrt_().add_(eps)
+    param.addcdiv_(avg, denom, value=-lr / (1 - beta1 ** step))
 
 
 def solve_svd(

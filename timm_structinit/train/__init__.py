@@ -8,8 +8,8 @@ CheckpointSaver, summary CSV, distributed setup), and the options and YAML keys 
 
 Unlike timm's script, a missing split folder is an error (timm would evaluate on the whole root), a used output
 folder is refused unless `--resume` or `--overwrite`, every epoch is seeded from (seed, epoch, rank) so a resumed run
-repeats the uninterrupted one, and distributed validation counts each image once. `--timm-train-script PATH` runs
-timm's own train.py instead, as `python -m timm_structinit.run PATH ...` does.
+repeats the uninterrupted one, and distributed validation counts each image once. timm's own train.py runs with
+this package's models as `python -m timm_structinit.run path/to/train.py ...`.
 """
 import argparse
 import logging
@@ -30,7 +30,6 @@ from timm.utils import (
 from ..cli import error_line
 from ..data import DataError, ImageReadError
 from ..mass_tracking import TargetMassTracker, mass_columns
-from ..run import run_script
 from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config, read_checkpoint
 from .checks import check_args, resume_path
 from .config import PROG, ConfigError, build_parser, parse_args, save_args
@@ -304,30 +303,10 @@ def _finish(run: _Run, history: List[Dict[str, Any]], eval_metrics: Dict[str, An
                 best_epoch=saver.best_epoch if saver is not None else None)
 
 
-def _split_timm_train_script(argv: List[str]) -> Tuple[Optional[str], List[str]]:
-    """ The path --timm-train-script names (None without it) and the other arguments, which are that script's. """
-    for i, arg in enumerate(argv):
-        if arg == '--timm-train-script':
-            if i + 1 >= len(argv):
-                raise ConfigError('--timm-train-script needs the path of timm\'s train.py')
-            return argv[i + 1], argv[:i] + argv[i + 2:]
-        if arg.startswith('--timm-train-script='):
-            return arg.split('=', 1)[1], argv[:i] + argv[i + 1:]
-    return None, argv
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """ Console entry point; returns the exit status (2 for invalid arguments or data, with a one-line error). """
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        script, rest = _split_timm_train_script(argv)
-        if script is not None:
-            try:
-                return run_script(script, rest)
-            except FileNotFoundError as e:
-                if os.path.isfile(script):
-                    raise  # the script's own error
-                raise ConfigError(f'--timm-train-script: {e}') from None
         args = parse_args(argv)
         check_args(args)
         train(args)

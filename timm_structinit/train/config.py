@@ -17,7 +17,7 @@ PROG = 'timm-structinit-train'
 SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
 GRAYSCALE_TORCH_DATASETS = ('mnist', 'kmnist', 'fashion_mnist', 'qmnist')  # single-channel PIL images
 # options that only make sense on the command line are not config keys
-_CLI_ONLY = ('help', 'config', 'timm_train_script')
+_CLI_ONLY = ('help', 'config')
 # run-specific keys left out of the args.yaml written next to the checkpoints, so it can be reused with -c
 _NOT_SAVED = ('resume', 'experiment', 'overwrite', 'local_rank')
 
@@ -33,8 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument('-c', '--config', default='', metavar='FILE.yaml',
                         help='YAML file whose keys (underscored option names) set the defaults; flags override it')
-    parser.add_argument('--timm-train-script', default=None, metavar='PATH',
-                        help="run timm's upstream train.py at PATH with all other arguments, models registered")
     for add_group in (_add_data_group, _add_model_group, _add_optimizer_groups, _add_schedule_group,
                       _add_augment_group, _add_run_groups):
         add_group(parser)

@@ -6,7 +6,7 @@ import os
 from datetime import datetime
 from typing import List, Optional, Tuple
 
-from ..atomic import atomic_file
+from ..figures import new_figure, save_figure
 from .checks import resume_path
 from .config import ConfigError
 
@@ -81,16 +81,12 @@ def remove_unfinished_run(path: str, created: Optional[str]) -> None:
 
 def plot_summary(summary_csv: str, png_path: str) -> str:
     """ Draw training/eval loss and eval accuracy per epoch from a summary CSV into a PNG; returns the PNG path. """
-    try:
-        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
-    except ImportError:
-        raise ConfigError("plotting needs matplotlib: pip install 'timm-structinit[plots]'") from None
     with open(summary_csv, newline='') as f:
         rows = [r for r in csv.DictReader(f) if r.get('epoch') not in (None, '', 'epoch')]
     if not rows:
         raise ValueError(f'{summary_csv} has no epochs to plot')
     epochs = [int(r['epoch']) + 1 for r in rows]  # counted from 1, as the log prints them
-    fig = Figure(figsize=(10, 4), dpi=100)
+    fig = new_figure(figsize=(10, 4), dpi=100)
     ax_loss, ax_acc = fig.subplots(1, 2)
     curves = ((ax_loss, 'train_loss', 'train'), (ax_loss, 'eval_loss', 'eval'),
               (ax_loss, 'eval_ema_loss', 'eval (EMA)'), (ax_acc, 'eval_top1', 'top-1'), (ax_acc, 'eval_top5', 'top-5'),
@@ -104,7 +100,5 @@ def plot_summary(summary_csv: str, png_path: str) -> str:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(os.path.basename(os.path.dirname(os.path.abspath(summary_csv))), fontsize=9)
-    fig.tight_layout()
-    with atomic_file(png_path) as tmp:
-        fig.savefig(tmp)
+    save_figure(fig, png_path)
     return png_path

@@ -1,0 +1,27 @@
+""" Figures without pyplot (no GUI backend, no global state), matplotlib being an optional dependency; each figure
+is written to a temporary file and renamed into place. """
+from pathlib import Path
+from typing import Any, Union
+
+from .atomic import atomic_file
+
+__all__ = ['new_figure', 'save_figure']
+
+
+def new_figure(**kwargs: Any) -> Any:
+    """ A `matplotlib.figure.Figure(**kwargs)`, with an error that says how to install matplotlib. """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError('figures need matplotlib: pip install "timm-structinit[plots]"') from err
+    return Figure(**kwargs)
+
+
+def save_figure(fig: Any, out: Union[str, Path], **savefig_kwargs: Any) -> Path:
+    """ Lay out `fig` and write it to `out` (its folder made if missing) under a temporary name, then rename. """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    with atomic_file(out) as tmp:
+        fig.savefig(tmp, **savefig_kwargs)
+    return out
