@@ -196,12 +196,7 @@ def solve_fast(
     for step in range(1, iters + 1):
         _cap_(wq, wk, nq)
         c, e = v.T @ wq, v.T @ wk                      # (count, r, k): the parts of Q, K the objective sees
-        attn = ((y @ (scale * (c @ e.mT))) @ y.T).softmax(-1)
-        # d/dZ of mean((A - H)^2) through the softmax: A * (G - <G, A>_row), G = 2 (A - H) / N^2
-        on_target = attn.gather(-1, index) * valid
-        work = attn - (attn.square().sum(-1, keepdim=True) - on_target)
-        work.scatter_add_(-1, index, -valid)
-        d_m = y.T @ (attn.mul_(work) @ y) * grad_scale  # (count, r, r)
+        d_m = _objective_grad(y, c @ e.mT, index, valid, scale, grad_scale)
         step_lr = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / iters))  # cosine decay to ~0
         _adam_step_(wq, v @ (d_m @ e), state[0], state[1], step, step_lr)
         _adam_step_(wk, v @ (d_m.mT @ c), state[2], state[3], step, step_lr)
@@ -211,6 +206,19 @@ def solve_fast(
         perm, signs = _signed_permutation(targets.shape[0], head_dim, generator)
         wq, wk = (w.gather(-1, perm.unsqueeze(1).expand_as(w)) * signs for w in (wq, wk))
     return _finish(x, wq, wk, targets, nq=[float(nq)], iters=iters, lr=lr, solves=count)
+
+
+def _objective_grad(
+        y: torch.Tensor, m: torch.Tensor, index: torch.Tensor, valid: torch.Tensor, scale: float, grad_scale: float,
+) -> torch.Tensor:
+    """ The gradient of mean((A - H)^2) with respect to M (count, r, r), where A = softmax(scale y M y^T) and H is
+    one-hot at `index` (rows whose target is `valid`). """
+    attn = ((y @ (scale * m)) @ y.T).softmax(-1)
+    # d/dZ of mean((A - H)^2) through the softmax: A * (G - <G, A>_row), G = 2 (A - H) / N^2
+    on_target = attn.gather(-1, index) * valid
+    work = attn - (attn.square().sum(-1, keepdim=True) - on_target)
+    work.scatter_add_(-1, index, -valid)
+    return y.T @ (attn.mul_(work) @ y) * grad_scale
 
 
 def _adam_step_(
