@@ -303,6 +303,37 @@ def test_offline_without_local_copy_says_how_to_fix(tmp_path, capsys, monkeypatc
     assert code == 2 and 'could not download torch/cifar10' in err and 'drop --dataset-download' in err
 
 
+def test_impulse_run_tracks_target_mass_through_training_and_resume(reference_run, tmp_path, capsys):
+    """ An impulse model's run measures the real-image mass on its targets before training and after every epoch
+    (target_mass.csv, the summary's target_mass columns, a figure); a run resumed from a checkpoint measures the
+    same masses from the saved weights. A mimetic run has no targets and no such output. """
+    argv = ['--model', 'vit_tiny_patch2_32_impulse3', '--model-kwargs', 'embed_dim=32', 'depth=2', 'num_heads=2',
+            'patch_size=8', *FAST, *DIGITS, '--train-subset', 256, '--val-subset', 100, '--epochs', 2,
+            '--output', tmp_path]
+    code, out, err = run_main([*argv, '--experiment', 'full', '--plot'], capsys)
+    assert code == 0, err
+    full = tmp_path / 'full'
+    mass = read_summary(full / 'target_mass.csv')
+    assert [int(r['epoch']) for r in mass] == [0, 1, 2] and list(mass[0]) == ['epoch', 'mean', 'layer1', 'layer2']
+    for row in mass:
+        layers = [float(row['layer1']), float(row['layer2'])]
+        assert all(0 < m < 1 for m in layers) and float(row['mean']) == pytest.approx(sum(layers) / 2, abs=1e-7)
+    assert float(mass[0]['mean']) > 1.5 / 17  # 4 x 4 patches and a class token: well above uniform at init
+    for summary_row, mass_row in zip(read_summary(full / 'summary.csv'), mass[1:]):
+        assert [float(summary_row[f'eval_target_mass{k}']) for k in ('', '_layer1', '_layer2')] == pytest.approx(
+            [float(mass_row[k]) for k in ('mean', 'layer1', 'layer2')], abs=1e-7)
+    assert (full / 'target_mass.png').stat().st_size > 0 and 'target mass at epoch 0: ' in out
+    code, out, err = run_main([*argv, '--experiment', 'resumed', '--resume', full / 'checkpoint-0.pth.tar'], capsys)
+    assert code == 0, err
+    resumed = read_summary(tmp_path / 'resumed' / 'target_mass.csv')
+    assert [int(r['epoch']) for r in resumed] == [1, 2]
+    for row, ref in zip(resumed, mass[1:]):
+        assert [float(row[k]) for k in ('layer1', 'layer2')] == pytest.approx(
+            [float(ref[k]) for k in ('layer1', 'layer2')], abs=1e-5)
+    assert not (reference_run / 'target_mass.csv').exists()
+    assert 'eval_target_mass' not in read_summary(reference_run / 'summary.csv')[0]
+
+
 def test_existing_output_folder_is_not_overwritten(reference_run, capsys):
     before = (reference_run / 'last.pth.tar').stat().st_mtime_ns
     argv = [*RESUME_RUN, '--output', reference_run.parent, '--experiment', reference_run.name]
