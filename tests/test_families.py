@@ -1,5 +1,6 @@
 """ Impulse and mimetic on timm's Swin Transformer and MLP-Mixer: the structure at step 0, read from the model's own
 forward pass, determinism, and what is left untouched. """
+import csv
 import pytest
 import timm
 import torch
@@ -239,6 +240,14 @@ def test_registered_models_train_export_and_show(name, model_kwargs, kwargs, tmp
             '--warmup-epochs', '0', '--lr', '2e-3', '--log-interval', '1000', '--output', tmp_path,
             '--experiment', 'run']
     assert train_mod.main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    # the structure is followed through training: before it (epoch 0) and after each epoch, per layer
+    with open(tmp_path / 'run' / 'target_mass.csv', newline='') as f:
+        mass_rows = list(csv.DictReader(f))
+    assert [int(r['epoch']) for r in mass_rows] == [0, 1, 2]
+    assert [k for k in mass_rows[0] if k.startswith('layer')] == ['layer1', 'layer2']
+    assert float(mass_rows[0]['mean']) > 0.45 and float(mass_rows[-1]['mean']) != float(mass_rows[0]['mean'])
+    with open(tmp_path / 'run' / 'summary.csv', newline='') as f:
+        assert [float(r['eval_target_mass']) for r in csv.DictReader(f)] == [float(r['mean']) for r in mass_rows[1:]]
     checkpoint = tmp_path / 'run' / 'last.pth.tar'
     folder = hub.export_model(name, tmp_path / 'export', checkpoint=checkpoint, model_kwargs=model_kwargs)
     loaded = timm.create_model(f'local-dir:{folder}', pretrained=True)

@@ -50,7 +50,8 @@ def mixer_mixing_maps(model: nn.Module) -> List[torch.Tensor]:
     for block in token_mixing_blocks(model):
         n = block.mlp_tokens.fc1.in_features
         with torch.enable_grad():
-            maps.append(torch.autograd.functional.jacobian(block.mlp_tokens, torch.zeros(n)))
+            zero = torch.zeros(n, device=block.mlp_tokens.fc1.weight.device)
+            maps.append(torch.autograd.functional.jacobian(block.mlp_tokens, zero).cpu())
     return maps
 
 
@@ -66,7 +67,7 @@ def layer_maps(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[
         grid = tuple(model.stem.grid_size)
         return [(m.unsqueeze(0), grid) for m in mixer_mixing_maps(model)]
     probe = _zero_images(model) if images is None else images
-    return [(p.mean((0, 1)), tuple(a.window_size))
+    return [(p.mean((0, 1)).cpu(), tuple(a.window_size))
             for (p, _), a in zip(swin_window_maps(model, probe), window_attentions(model))]
 
 

@@ -1,11 +1,13 @@
-""" Track the impulse structure through training: per epoch, the attention mass each layer puts on its heads'
-impulse targets, measured on one fixed batch of evaluation images.
+""" Track the impulse structure through training: per epoch, the mass each layer puts on its heads' impulse
+targets, measured on one fixed batch of evaluation images (ViT and Swin attention in the real forward pass; Mixer's
+token mixing linearized at zero input, which the images do not change).
 
 An impulse init gives every head a local filter at step 0; whether training keeps that locality or lets it fade is
 what decides whether the init was worth it, and it shows in this curve long before it shows in accuracy.
 """
 import csv
 import os
+import statistics
 from typing import Dict, List, Optional
 
 from torch import nn
@@ -13,7 +15,8 @@ from timm.data import create_loader
 
 from .atomic import atomic_file
 from .data import ClassBalancedSubset
-from .diagnostics import impulse_offsets, layer_image_mass, plot_target_mass
+from .diagnostics import layer_image_mass, plot_target_mass
+from .family_maps import family_summary
 
 __all__ = ['TargetMassTracker', 'mass_columns', 'MASS_IMAGES']
 
@@ -34,11 +37,12 @@ class TargetMassTracker:
 
     @staticmethod
     def applies_to(model: nn.Module) -> bool:
-        return bool(impulse_offsets(model))
+        # ViT, Swin and Mixer impulse records all carry per-layer, per-head target offsets
+        return bool((getattr(model, 'struct_init_record', None) or {}).get('offsets'))
 
     def measure(self, model: nn.Module, epoch: int) -> Dict[str, float]:
         """ Measure after `epoch` epochs (0: before training), append to the CSV, return the row. """
-        masses = layer_image_mass(model, self.images.to(next(model.parameters()).device))
+        masses = _layer_masses(model, self.images.to(next(model.parameters()).device))
         row = {'epoch': epoch, 'mean': sum(masses) / len(masses),
                **{f'layer{i + 1}': m for i, m in enumerate(masses)}}
         self.rows = [r for r in self.rows if r['epoch'] < epoch] + [row]
@@ -50,6 +54,14 @@ class TargetMassTracker:
 
     def plot(self, png_path: str, title: str = '') -> str:
         return plot_target_mass(self.rows, png_path, title)
+
+
+def _layer_masses(model: nn.Module, images) -> List[float]:
+    if 'family' not in model.struct_init_record:
+        return layer_image_mass(model, images)
+    rows = family_summary(model, images)
+    return [statistics.fmean(r['mass'] for r in rows if r['layer'] == layer)
+            for layer in sorted({r['layer'] for r in rows})]
 
 
 def _read_rows(path: str) -> List[Dict[str, float]]:
