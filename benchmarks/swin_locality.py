@@ -11,7 +11,7 @@ it measures per block, on 64 evenly spaced CIFAR-10 test images through the mode
 
 Both are reported next to what attention spread evenly over the keys each query may see would give (chance).
 
-    python benchmarks/swin_locality.py      # trains what is missing (~20 min a run on 2 cores), then measures
+    python benchmarks/swin_locality.py      # trains what is missing (about half an hour a run on 2 cores), then measures
 """
 import argparse
 import datetime
@@ -28,7 +28,7 @@ import torch
 
 import timm_structinit  # noqa: F401  registers the models
 from timm_structinit.diagnostics import load_images
-from timm_structinit.family_maps import layer_maps
+from timm_structinit.family_maps import swin_window_maps
 from timm_structinit.inits.impulse import impulse_target
 from timm_structinit.inits.swin import window_attentions
 
@@ -51,23 +51,15 @@ def offset_shares(maps: torch.Tensor, grid) -> torch.Tensor:
     return shares
 
 
-def uniform_maps(model: torch.nn.Module) -> List[torch.Tensor]:
-    """ Per block, (1, N, N): attention spread evenly over the keys a query may see (a shifted window's mask hides
-    the keys of other regions), averaged over windows as `layer_maps` averages. """
-    maps = []
-    for block, attn in zip([b for stage in model.layers for b in stage.blocks], window_attentions(model)):
-        n = attn.window_size[0] * attn.window_size[1]
-        logits = torch.zeros(1, n, n) if block.attn_mask is None else block.attn_mask.float().cpu()
-        maps.append(torch.softmax(logits, -1).mean(0, keepdim=True))
-    return maps
-
-
 def locality(model: torch.nn.Module, images: torch.Tensor) -> List[Dict[str, float]]:
-    """ Per block: 3x3 mass, best-offset mass, and both for uniform attention over what each query may see. """
+    """ Per block: 3x3 mass, best-offset mass, and both for attention spread evenly over the keys each query may see
+    (a shifted window's mask hides the keys of other regions), averaged over windows as the maps are. """
     rows = []
-    for (maps, grid), even in zip(layer_maps(model, images), uniform_maps(model)):
+    for (probs, mask), attn in zip(swin_window_maps(model, images), window_attentions(model)):
+        maps, grid = probs.mean((0, 1)).cpu(), tuple(attn.window_size)
+        logits = torch.zeros(1, *maps.shape[1:]) if mask is None else mask.float().cpu()
         shares = offset_shares(maps, grid)
-        uniform = offset_shares(even, grid)
+        uniform = offset_shares(torch.softmax(logits, -1).mean(0, keepdim=True), grid)
         rows.append(dict(local=shares.sum(1).mean().item(), best=shares.max(1).values.mean().item(),
                          local_chance=uniform.sum().item(), best_chance=uniform.max().item()))
     return rows
