@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.mlp_mixer import MlpMixer, checkpoint_filter_fn
 
+from .inits import reset_parameters_
 from .struct_init_args import StructInitArgs
 from .vision_transformer import _cfg32, _merge_args
 
@@ -17,15 +18,32 @@ __all__ = ['StructMlpMixer']
 
 
 class StructMlpMixer(StructInitArgs, MlpMixer):
-    """ timm MlpMixer + structured init (`struct_init`, `struct_init_kwargs`, `struct_init_seed`). """
+    """ timm MlpMixer + structured init (`struct_init`, `struct_init_kwargs`, `struct_init_seed`).
 
-    def __init__(self, *args, struct_init: Optional[str] = None, struct_init_kwargs: Optional[Dict[str, Any]] = None,
-                 struct_init_seed: Optional[int] = None, **kwargs) -> None:
-        self._set_struct_init('mixer', struct_init, struct_init_kwargs, struct_init_seed, 'mixer_s4_32_impulse3')
+    Also takes `weight_init` as timm's ViT and Swin do (timm's Mixer has no such argument): '' timm's Mixer init,
+    'reset' PyTorch's default init for every layer, 'skip' no init (neither timm's nor the structured one).
+    """
+
+    def __init__(self, *args, weight_init: str = '', struct_init: Optional[str] = None,
+                 struct_init_kwargs: Optional[Dict[str, Any]] = None, struct_init_seed: Optional[int] = None,
+                 **kwargs) -> None:
+        self._set_struct_init('mixer', struct_init, struct_init_kwargs, struct_init_seed, 'mixer_s4_32_impulse3',
+                              weight_init, weight_init_modes=('', 'reset', 'skip'))
+        # as in timm's ViT: 'skip' builds without init and leaves later init_weights() calls at 'reset'
+        self.weight_init_mode = 'reset' if weight_init == 'skip' else weight_init
+        self._building = weight_init  # MlpMixer.__init__ calls init_weights once, at the end
         super().__init__(*args, **kwargs)
+        self._building = None
 
     def init_weights(self, nlhb: bool = False) -> None:
-        super().init_weights(nlhb=nlhb)
+        building, self._building = getattr(self, '_building', None), None
+        if building == 'skip':
+            return
+        if self.weight_init_mode == 'reset':
+            if building is None:  # the layers were just built at PyTorch's defaults: no second draw then
+                reset_parameters_(self)
+        else:
+            super().init_weights(nlhb=nlhb)
         self._apply_struct_init()
 
 

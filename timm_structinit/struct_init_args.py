@@ -1,10 +1,15 @@
-""" The `struct_init`, `struct_init_kwargs`, `struct_init_seed` arguments every registered model takes.
+""" The `struct_init`, `struct_init_kwargs`, `struct_init_seed` arguments every registered model takes, and what its
+`weight_init` means beside them.
 
 A registered model checks the init's hyperparameters once, when it is built, and applies the init at the end of its
-own `init_weights` (after timm's init, so every weight the init does not own keeps timm's values); `model.init_weights()`
-re-applies it and `weight_init='skip'` skips it.
+own `init_weights`, after the rest of the network was initialized as timm's `weight_init` says: '' (the default)
+keeps timm's init for every weight the init does not own, 'reset' keeps PyTorch's default init (each layer's
+`reset_parameters`), as the structured-init authors' runs do with `weight_init=skip post_weight_init=METHOD`.
+`model.init_weights()` re-applies both; `weight_init='skip'` skips both (the fast way to build a model whose
+weights are then loaded).
 """
-from typing import Any, Dict, Optional
+import warnings
+from typing import Any, Dict, Optional, Sequence
 
 from .inits import apply_init_cfg, list_inits, make_init_cfg
 
@@ -16,7 +21,16 @@ class StructInitArgs:
     and `_apply_struct_init` at the end of `init_weights`. """
 
     def _set_struct_init(self, family: str, struct_init: Optional[str], struct_init_kwargs: Optional[Dict[str, Any]],
-                         struct_init_seed: Optional[int], example: str) -> None:
+                         struct_init_seed: Optional[int], example: str, weight_init: Any = '',
+                         weight_init_modes: Sequence[str] = ('', 'reset', 'jax', 'jax_nlhb', 'moco', 'skip')) -> None:
+        if not isinstance(weight_init, str) or weight_init not in weight_init_modes:
+            raise ValueError(f'weight_init={weight_init!r} is not valid; choose one of {list(weight_init_modes)} '
+                             f"('' timm's init, 'reset' PyTorch's default for every layer, 'skip' no init at all)")
+        if weight_init == 'skip' and struct_init is not None:
+            warnings.warn(f"weight_init='skip' skips struct_init={struct_init!r} too (it builds a model whose weights "
+                          f"are then loaded); for PyTorch's default init of the other weights with the structured "
+                          f"init, as the authors' `weight_init=skip post_weight_init=...`, use weight_init='reset'",
+                          stacklevel=4)
         self.struct_init = struct_init
         self.struct_init_kwargs = dict(struct_init_kwargs or {})
         self.struct_init_seed = struct_init_seed

@@ -25,7 +25,7 @@ class StructSwinTransformer(StructInitArgs, SwinTransformer):
     def __init__(self, *args, struct_init: Optional[str] = None, struct_init_kwargs: Optional[Dict[str, Any]] = None,
                  struct_init_seed: Optional[int] = None, **kwargs) -> None:
         self._set_struct_init('swin', struct_init, struct_init_kwargs, struct_init_seed,
-                              'swin_tiny_patch2_window4_32_impulse3')
+                              'swin_tiny_patch2_window4_32_impulse3', kwargs.get('weight_init', ''))
         super().__init__(*args, **kwargs)
 
     def init_weights(self, mode: str = '', needs_reset: bool = True) -> None:

@@ -7,8 +7,9 @@ A thin subclass of timm's `VisionTransformer` (Dosovitskiy et al. 2020, https://
   `set_input_size` or per batch with `dynamic_img_size=True`. Class and register tokens get a zero row (no position),
   as in MAE; with `no_embed_class=True` there is no such row.
 * `struct_init=NAME` (+ `struct_init_kwargs`, `struct_init_seed`): a structured attention init from
-  `timm_structinit.list_inits()`, applied inside `init_weights` after timm's own init, so `model.init_weights()`
-  re-applies it, `weight_init='skip'` skips it, and every weight the init does not own keeps timm's init.
+  `timm_structinit.list_inits()`, applied inside `init_weights` after the rest of the network is initialized, so
+  `model.init_weights()` re-applies it and `weight_init='skip'` skips it. Every weight the init does not own keeps
+  timm's init, or with timm's `weight_init='reset'` PyTorch's default init (the structured-init authors' setting).
 
 Registered variants reproduce the setups of
 * Mimetic init: Trockman & Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023,
@@ -70,7 +71,8 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
         # attributes read by init_weights(), which VisionTransformer.__init__ calls: set them first
         self.sincos_pos_embed = pos_embed == 'sincos'
         self.pos_embed_scale = 1.0  # an init may scale the position table; the model keeps the scale
-        self._set_struct_init('vit', struct_init, struct_init_kwargs, struct_init_seed, 'vit_tiny_patch2_32_mimetic')
+        self._set_struct_init('vit', struct_init, struct_init_kwargs, struct_init_seed, 'vit_tiny_patch2_32_mimetic',
+                              kwargs.get('weight_init', ''))
         super().__init__(*args, pos_embed='learn' if self.sincos_pos_embed else pos_embed, **kwargs)
         if self.sincos_pos_embed:
             self.pos_embed.requires_grad_(False)

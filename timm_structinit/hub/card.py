@@ -97,11 +97,20 @@ def _load_section(config: Mapping[str, Any], own: Mapping[str, Any], model_name:
         f'`Struct{kind.timm_class}`{": " + "; ".join(gains) if gains else ""}):', plugin, needs]
 
 
+def rest_init_text(weight_init: str) -> str:
+    """ How the weights a structured init does not write were initialized, from the model's `weight_init`. """
+    if weight_init == 'reset':
+        return ("PyTorch's default init (`weight_init='reset'`: each layer's `reset_parameters`, Linear and Conv "
+                "within +-1/sqrt(fan_in)), as the structured-init authors' `weight_init=skip` runs")
+    return "timm's init" + (f" (`weight_init='{weight_init}'`)" if weight_init else '')
+
+
 def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping[str, Any],
                   num_layers: int) -> List[str]:
     record, trained = own['struct_init'] or {}, own['trained']
     method = record.get('method')
-    rows = [('method', f'`{method}`' if method else "none (timm's default init)")]
+    rows = [('method', f'`{method}`' if method else 'none (no structured init)'),
+            ('other weights', rest_init_text(own.get('weight_init', '')))]
     if trained is None:
         init_seed = f', struct_init_seed {record["seed"]}' if method else ''
         rows.append(('seed', f'{own["seed"]} (`torch.manual_seed`){init_seed}'))
@@ -185,7 +194,13 @@ def model_card(model: nn.Module, config: Dict[str, Any], model_name: str, model_
     own = config[CONFIG_KEY]
     title = load_id.split(':', 1)[1].split('@')[0].split('/')[-1] if load_id.startswith('hf-hub:') else model_name
     method = (own['struct_init'] or {}).get('method')
-    init = f'{method} initialization' if method else "timm's default initialization (no structured init)"
+    reset = own.get('weight_init') == 'reset'
+    if method:
+        init = f'{method} initialization' + (" and PyTorch's default init for the other weights" if reset else '')
+    else:
+        init = ("PyTorch's default initialization (`weight_init='reset'`)" if reset else
+                "timm's default initialization") + ' (no structured init)'
+
     state = 'trained weights' if own['trained'] else \
         'initial weights, before any training: a run that loads them starts from exactly this point'
     kind = model_kind(model)

@@ -24,6 +24,7 @@ from torch import nn
 from .. import __version__
 from ..atomic import atomic_dir
 from ..checkpoints import state_dict_mismatch
+from ..inits import rest_init_of
 from .card import model_card
 from .plain_timm import CONFIG_KEY, plain_timm_config
 
@@ -251,7 +252,7 @@ def _build(model_name: str, seed: int, kwargs: Dict[str, Any], checkpoint: Optio
         except TypeError as e:
             raise ValueError(f'cannot build {model_name} with model_kwargs {kwargs}: {_one_line(e)}') from None
     own = info['own'] = dict(version=__version__, seed=int(seed), trained=None,
-                             struct_init=getattr(model, 'struct_init_record', None))
+                             struct_init=getattr(model, 'struct_init_record', None), weight_init=rest_init_of(model))
     if checkpoint is not None:
         mismatch = state_dict_mismatch(model.state_dict(), state_dict)
         if mismatch:

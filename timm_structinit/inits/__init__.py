@@ -31,7 +31,7 @@ from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window
 from .threads import one_thread
 
 __all__ = ['StructInit', 'FamilyInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init',
-           'apply_init_cfg', 'model_geometry', 'model_family']
+           'apply_init_cfg', 'model_geometry', 'model_family', 'reset_parameters_', 'rest_init_of']
 
 FAMILIES = {'vit': 'ViT-style', 'swin': 'Swin Transformer', 'mixer': 'MLP-Mixer'}
 
@@ -145,7 +145,23 @@ def make_init_cfg(name: str, family: str = 'vit', **kwargs) -> Any:
     return cfg
 
 
-def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, **kwargs) -> Dict[str, Any]:
+def reset_parameters_(model: nn.Module) -> None:
+    """ PyTorch's default init for every layer of `model`: each module's own `reset_parameters` (Linear and Conv:
+    Kaiming-uniform, weights and biases within +-1/sqrt(fan_in); norms: ones and zeros). This is timm's
+    `weight_init='reset'`, and what the structured-init authors' `weight_init=skip` leaves every layer with. """
+    for module in model.modules():
+        if module is not model and callable(getattr(module, 'reset_parameters', None)):
+            module.reset_parameters()
+
+
+def rest_init_of(model: nn.Module) -> str:
+    """ How the weights an init does not write were initialized: the model's timm `weight_init` mode ('' for timm's
+    own init, 'reset' for PyTorch's defaults; timm's 'skip' leaves the layers at PyTorch's defaults too). """
+    return str(getattr(model, 'weight_init_mode', '') or '')
+
+
+def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, weight_init: Optional[str] = None,
+               **kwargs) -> Dict[str, Any]:
     """ Apply structured init `name` to a timm ViT-style model in place and return its init record.
 
     Works on any model with timm's fused-qkv attention of one width, e.g.
@@ -156,14 +172,23 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, **kwargs
     machine, whatever the number of torch threads (the init's math runs on one thread); without it, a seed is drawn
     from torch's global generator (so `torch.manual_seed` governs it) and recorded. The record is also stored as
     `model.struct_init_record`.
+
+    `weight_init='reset'` first puts every other layer at PyTorch's default init (`reset_parameters_`, the setting
+    of the structured-init authors' runs, default arm included); None leaves them as the model has them. Either
+    way the record's `weight_init` says which it is.
     """
-    return apply_init_cfg(model, name, make_init_cfg(name, model_family(model), **kwargs), seed=seed)
+    if weight_init not in (None, 'reset'):
+        raise ValueError(f"weight_init={weight_init!r} is not valid; choose None (keep the other weights as they "
+                         f"are) or 'reset' (PyTorch's default init for every layer the init does not write)")
+    return apply_init_cfg(model, name, make_init_cfg(name, model_family(model), **kwargs), seed=seed,
+                          reset_rest=weight_init == 'reset')
 
 
-def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None) -> Dict[str, Any]:
+def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None,
+                   reset_rest: bool = False) -> Dict[str, Any]:
     """ `apply_init` with hyperparameters already validated by `make_init_cfg` (a model checks them once, when it
     is built, and applies them at every `init_weights`). The model's shape is checked here, read by
-    `model_geometry`. """
+    `model_geometry`. `reset_rest` puts every layer at PyTorch's default init before the init writes its own. """
     init, family = get_init(name), model_family(model)
     cfg_cls = _family_version(name, family)[0]
     if not isinstance(cfg, cfg_cls):
@@ -175,16 +200,22 @@ def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = 
         attns = find_attention(model)
         if init.check_model is not None:
             init.check_model(cfg, model_geometry(model, attns))
-        backup = _writable_state(model, attns)
+        backup = _writable_state(model, attns, everything=reset_rest)
         apply = partial(init.apply, model, attns)
     else:  # the family's own function checks the model before it writes anything
-        backup = {'tensors': [(p, p.detach().clone()) for p in model.parameters()], 'pos_embed_scale': None}
+        backup = _writable_state(model, [], everything=True)
         apply = partial(init.families[family].apply, model)
     if seed is None:
         seed = int(torch.randint(0, 2 ** 62, (1,)).item())
     generator = torch.Generator().manual_seed(int(seed))
-    record = {'method': name, 'seed': int(seed), 'cfg': dataclasses.asdict(cfg)}
     try:
+        if reset_rest:
+            with torch.no_grad():
+                reset_parameters_(model)
+            if hasattr(model, 'weight_init_mode'):  # so that model.init_weights() resets them again
+                model.weight_init_mode = 'reset'
+        record = {'method': name, 'seed': int(seed), 'weight_init': 'reset' if reset_rest else rest_init_of(model),
+                  'cfg': dataclasses.asdict(cfg)}
         with one_thread():
             record.update(apply(cfg, generator))
     except BaseException:
@@ -194,15 +225,20 @@ def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = 
     return record
 
 
-def _writable_state(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
-    """ Copies of what an init may write (attention weights and biases, the position table and its scale). """
-    tensors = [p for attn in attns for p in (*attn.qkv.parameters(), *attn.proj.parameters())]
-    pos_embed = getattr(model, 'pos_embed', None)
-    if isinstance(pos_embed, torch.Tensor):
-        tensors.append(pos_embed)
+def _writable_state(model: nn.Module, attns: List[nn.Module], everything: bool = False) -> Dict[str, Any]:
+    """ Copies of what an init may write (attention weights and biases, the position table and its scale; with
+    `everything`, every parameter and buffer), so that a failed init leaves the model as it was. """
+    if everything:
+        tensors = [*model.parameters(), *model.buffers()]
+    else:
+        tensors = [p for attn in attns for p in (*attn.qkv.parameters(), *attn.proj.parameters())]
+        pos_embed = getattr(model, 'pos_embed', None)
+        if isinstance(pos_embed, torch.Tensor):
+            tensors.append(pos_embed)
     return {
         'tensors': [(t, t.detach().clone()) for t in tensors],
         'pos_embed_scale': getattr(model, 'pos_embed_scale', None),
+        'weight_init_mode': getattr(model, 'weight_init_mode', None),
     }
 
 
@@ -214,6 +250,8 @@ def _restore(model: nn.Module, backup: Dict[str, Any]) -> None:
         model.pos_embed_scale = backup['pos_embed_scale']
     elif hasattr(model, 'pos_embed_scale'):
         del model.pos_embed_scale
+    if backup['weight_init_mode'] is not None:
+        model.weight_init_mode = backup['weight_init_mode']
 
 
 def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:

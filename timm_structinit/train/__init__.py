@@ -218,6 +218,15 @@ def _run_epochs(run: _Run) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
                 model_ema=run.model_ema, mixup_fn=run.mixup if args.no_prefetcher else None,
                 num_updates=num_updates, show_progress=run.primary and sys.stdout.isatty())
             lr = mean_lr(run.optimizer)
+            if (epoch + 1) % args.val_interval and epoch + 1 != run.num_epochs:
+                # as timm's --val-interval: no evaluation, summary row or checkpoint in this epoch
+                if run.lr_scheduler is not None:
+                    run.lr_scheduler.step(epoch + 1, None)
+                if run.primary:
+                    print(f'epoch {epoch + 1:>3d}/{run.num_epochs}  train loss {train_metrics["loss"]:.4f}  '
+                          f'lr {lr:.2e}  {train_metrics["img_per_sec"]:.0f} img/s  '
+                          f'{time.perf_counter() - epoch_start:.1f}s', flush=True)
+                continue
             eval_metrics, metric = _evaluate(run)
             if run.lr_scheduler is not None:
                 run.lr_scheduler.step(epoch + 1, metric)

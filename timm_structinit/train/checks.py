@@ -50,7 +50,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 # (options, condition, what is valid) for the values that have a range; None (unset) passes
 _RANGES = (
-    (('epochs', 'batch_size', 'log_interval', 'checkpoint_hist', 'lr_base_size', 'recount', 'validation_batch_size',
+    (('epochs', 'batch_size', 'log_interval', 'val_interval', 'checkpoint_hist', 'lr_base_size', 'recount', 'validation_batch_size',
       'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans'), lambda v: v >= 1, 'must be >= 1'),
     (('workers', 'warmup_epochs', 'cooldown_epochs', 'mixup_off_epoch', 'seed', 'subset_seed', 'weight_decay',
       'mixup', 'cutmix', 'drop', 'warmup_lr', 'min_lr', 'momentum'), lambda v: v >= 0, 'must be >= 0'),

@@ -167,6 +167,8 @@ def _add_run_groups(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Miscellaneous')
     group.add_argument('--seed', type=int, default=42, help='random seed')
     group.add_argument('--log-interval', type=int, default=50, help='batches between log lines')
+    group.add_argument('--val-interval', type=int, default=1, metavar='N',
+                       help='epochs between evaluation and checkpointing (the last epoch is always evaluated)')
     group.add_argument('--checkpoint-hist', type=int, default=10, help='numbered checkpoints to keep')
     group.add_argument('-j', '--workers', type=int, default=4, help='data loading processes per training process')
     group.add_argument('--pin-mem', action='store_true', help='pin loader memory (faster GPU transfer)')
