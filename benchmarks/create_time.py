@@ -1,12 +1,15 @@
-""" Time `timm.create_model` for registered structured-init models against the same architecture in plain timm.
+""" Time `timm.create_model` for every registered model against the same architecture in plain timm.
 
-Both are built alternately in one process, several repeats each, and the medians are compared:
+Every model `import timm_structinit` registers, plus timm's own 224 px Swin-T with each init applied by `apply_init`,
+is built alternately with its plain-timm twin in one process, several repeats each, at each thread count, and the
+medians are compared:
 
-    python benchmarks/create_time.py --repeats 15 --out benchmarks/results/create_time.txt
+    python benchmarks/create_time.py --repeats 11 --threads 1 2 --out benchmarks/results/create_time.txt
 """
 import argparse
 import datetime
 import platform
+import re
 import statistics
 import sys
 import time
@@ -15,63 +18,91 @@ import timm
 import torch
 from timm.models.mlp_mixer import MlpMixer
 
-import timm_structinit  # noqa: F401  (registers the models)
+import timm_structinit
 from results_file import write_lines
 
-_SWIN32 = dict(img_size=32, patch_size=2, window_size=4)
-_MIXER32 = dict(img_size=32, patch_size=4, num_blocks=8, embed_dim=512, mlp_ratio=(0.5, 4.0))
-# registered model -> the same architecture built by timm's own class (ViT: learned PE; timm's init everywhere).
-# timm's Mixer entrypoints fix patch_size, num_blocks and embed_dim, so the plain Mixer is built from its class.
-PAIRS = {
-    'vit_tiny_patch2_32_mimetic': ('vit_tiny_patch16_224', dict(img_size=32, patch_size=2)),
-    'vit_tiny_patch2_32_impulse3': ('vit_tiny_patch16_224', dict(
-        img_size=32, patch_size=2, class_token=False, global_pool='avg')),
-    'vit_tiny_patch2_32_impulse5': ('vit_tiny_patch16_224', dict(
-        img_size=32, patch_size=2, class_token=False, global_pool='avg')),
-    'vit_small_patch2_32_impulse3': ('vit_small_patch16_224', dict(
-        img_size=32, patch_size=2, class_token=False, global_pool='avg')),
-    'swin_tiny_patch2_window4_32': ('swin_tiny_patch4_window7_224', _SWIN32),
-    'swin_tiny_patch2_window4_32_impulse3': ('swin_tiny_patch4_window7_224', _SWIN32),
-    'swin_tiny_patch2_window4_32_mimetic': ('swin_tiny_patch4_window7_224', _SWIN32),
-    'mixer_s4_32': (MlpMixer, _MIXER32),
-    'mixer_s4_32_impulse3': (MlpMixer, _MIXER32),
-}
+_SWIN32 = dict(img_size=32, patch_size=2, window_size=4, num_classes=10)
+_MIXER32 = dict(img_size=32, patch_size=4, num_blocks=8, embed_dim=512, mlp_ratio=(0.5, 4.0), num_classes=10)
+_GAP = dict(class_token=False, global_pool='avg')
 
 
-def median_time(fn, repeats: int) -> float:
-    times = []
+def registered_models():
+    return [m for m in timm.list_models() if timm.models.model_entrypoint(m).__module__.startswith('timm_structinit')]
+
+
+def plain_twin(name: str):
+    """ A builder of the same architecture in plain timm (timm's init everywhere, a learned position table): timm's
+    ViT and Swin entrypoints with the geometry overridden, timm's Mixer class (its entrypoints fix patch, depth and
+    width). Average pooling without a class token where the registered model has it. """
+    vit = re.fullmatch(r'vit_(tiny|small|base)_patch(2_32|16_224)(.*)', name)
+    if vit:
+        size, geometry, variant = vit.groups()
+        kwargs = dict(img_size=32, patch_size=2, num_classes=10) if geometry == '2_32' else {}
+        if 'gap' in variant or 'impulse' in variant:
+            kwargs.update(_GAP)
+        return lambda: timm.create_model(f'vit_{size}_patch16_224', **kwargs)
+    if name.startswith('swin_tiny_patch2_window4_32'):
+        return lambda: timm.create_model('swin_tiny_patch4_window7_224', **_SWIN32)
+    if name.startswith('mixer_s4_32'):
+        return lambda: MlpMixer(**_MIXER32)
+    raise ValueError(f'no plain-timm twin for {name}: add one to plain_twin')
+
+
+def rows():
+    """ (label, ours, theirs) for every registered model and timm's 224 px Swin-T with each init. """
+    out = [(name, (lambda n=name: timm.create_model(n)), plain_twin(name)) for name in registered_models()]
+    swin224 = 'swin_tiny_patch4_window7_224'
+    for init in ('mimetic', 'impulse'):
+        def ours(init=init):
+            model = timm.create_model(swin224)
+            timm_structinit.apply_init(model, init, seed=0)
+        out.append((f'{swin224} + apply_init {init}', ours, lambda: timm.create_model(swin224)))
+    return out
+
+
+def median_times(ours, theirs, repeats: int):
+    ours(), theirs()  # warm-up: imports, allocator, MKL
+    times = {'ours': [], 'timm': []}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for key, build in (('ours', ours), ('timm', theirs)):
+            start = time.perf_counter()
+            build()
+            times[key].append(time.perf_counter() - start)
+    return statistics.median(times['ours']), statistics.median(times['timm'])
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--repeats', type=int, default=15)
+    parser.add_argument('--repeats', type=int, default=11)
+    parser.add_argument('--threads', type=int, nargs='+', default=[1, 2])
+    parser.add_argument('--models', nargs='*', default=None, help='labels to time (default: all)')
     parser.add_argument('--out', default='')
     args = parser.parse_args(argv)
     lines = [
         f'# command: python {" ".join(sys.argv)}',
         f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
-        f'# machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, '
-        f'timm {timm.__version__}; median of {args.repeats} alternating builds each',
-        f'{"model":36} {"ours s":>8} {"timm s":>8} {"ratio":>6}',
+        f'# machine: {platform.machine()}, torch {torch.__version__}, timm {timm.__version__}; median of '
+        f'{args.repeats} alternating builds each; ratio = ours / plain timm',
     ]
     print('\n'.join(lines), flush=True)
-    for name, (plain, plain_args) in PAIRS.items():
-        ours = lambda: timm.create_model(name)  # noqa: E731
-        build = plain if callable(plain) else lambda **kw: timm.create_model(plain, **kw)  # noqa: E731
-        theirs = lambda: build(num_classes=10, **plain_args)  # noqa: E731
-        ours(), theirs()  # warm-up: imports, allocator, MKL
-        times = {'ours': [], 'timm': []}
-        for _ in range(args.repeats):
-            times['ours'].append(median_time(ours, 1))
-            times['timm'].append(median_time(theirs, 1))
-        a, b = statistics.median(times['ours']), statistics.median(times['timm'])
-        lines.append(f'{name:36} {a:8.3f} {b:8.3f} {a / b:6.2f}')
+    saved = torch.get_num_threads()
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        lines += ['', f'## {threads} torch thread(s)', f'{"model":48} {"ours s":>8} {"timm s":>8} {"ratio":>6}']
+        print('\n'.join(lines[-3:]), flush=True)
+        ratios = []
+        for label, ours, theirs in rows():
+            if args.models and label not in args.models:
+                continue
+            a, b = median_times(ours, theirs, args.repeats)
+            ratios.append((a / b, label))
+            lines.append(f'{label:48} {a:8.3f} {b:8.3f} {a / b:6.2f}')
+            print(lines[-1], flush=True)
+        over = [label for ratio, label in ratios if ratio > 3]
+        lines.append(f'# {threads} thread(s): {len(ratios) - len(over)} of {len(ratios)} within 3x of plain timm'
+                     + (f'; above: {", ".join(over)}' if over else ''))
         print(lines[-1], flush=True)
+    torch.set_num_threads(saved)
     if args.out:
         write_lines(args.out, lines)
 

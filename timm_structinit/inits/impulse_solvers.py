@@ -11,20 +11,24 @@ the scale at which the authors trained. Three solvers share this module's interf
 
 * `adam`: the authors' 2024 procedure, kept as the reference: Adam lr 1e-4 for 10,000 iterations from a uniform start
   in +-sqrt(1 / (k h)), Q's columns and K's rows rescaled to nq before iteration 0 and every 100 iterations.
-* `fast` (default): the same problem and cap, solved by projected Adam in the pseudo input's row space (see
-  `solve_fast`), batched over every head of every layer.
+* `fast` (default): the same problem and cap, solved by L-BFGS in the pseudo input's row space with the cap built
+  into the variables (see `solve_fast`), batched over the distinct targets of every layer.
 * `svd`: the 2025 closed form (noisy scaled target, rank-k pseudo-inverse, per-head SVD, factors at Frobenius
   norm 7). It solves a different, unconstrained least-squares problem; its maps are much sharper.
 """
 import math
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from .lbfgs import minimize
+from .threads import denormals_flushed, parallel_tasks
+
 
 __all__ = [
-    'dense_target', 'attention_logits', 'attention_maps', 'impulse_objective', 'map_metrics', 'solve_adam', 'solve_fast', 'solve_svd',
+    'dense_target', 'attention_logits', 'attention_maps', 'impulse_objective', 'map_metrics', 'map_stats', 'solve_adam',
+    'solve_fast', 'solve_svd',
     'SOLVERS',
 ]
 
@@ -88,10 +92,41 @@ def _cap_(wq: torch.Tensor, wk: torch.Tensor, nq: torch.Tensor) -> None:
     wk.mul_(nq / wk.norm(dim=-1, keepdim=True))
 
 
+def map_stats(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, targets: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """ Per head, on the maps softmax(s X W_q W_k^T X^T): the objective mean((H - A)^2) and `map_metrics`,
+    computed in the fixed pieces of `_tasks` (no N x N map of the whole batch is ever held). """
+    n = x.shape[-2]
+    queries, keys = (x @ wq) * wq.shape[-1] ** -0.5, x @ wk      # (B, N, k)
+    valid = targets >= 0
+    index = targets.clamp_min(0)
+
+    def piece(task):
+        first, last, q0, q1 = task
+        attn = (queries[first:last, q0:q1] @ keys[first:last].mT).softmax(-1)
+        idx, ok = index[first:last, q0:q1], valid[first:last, q0:q1]
+        on_target = attn.gather(-1, idx.unsqueeze(-1)).squeeze(-1) * ok
+        hits = ((attn.argmax(-1) == idx) & ok).sum(-1)
+        return torch.stack([attn.square().sum((-1, -2)), on_target.sum(-1), hits.to(attn.dtype)], -1)
+
+    tasks = _tasks(targets.shape[0], n)
+    sums = []
+    for (_, _, query, _), part in zip(tasks, parallel_tasks(piece, tasks)):
+        if query == 0:
+            sums.append(part)
+        else:
+            sums[-1] = sums[-1] + part
+    square, mass, hits = torch.cat(sums).unbind(-1)
+    count = valid.sum(-1)
+    return {
+        'objective': (square - 2 * mass + count) / (n * n),
+        'hit_rate': hits / count.clamp_min(1),
+        'target_mass': mass / count.clamp_min(1),
+    }
+
+
 def _finish(x, wq, wk, targets, **info) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, Any]]:
-    with torch.no_grad():
-        attn = attention_maps(x, wq, wk)
-        info.update(objective=_sq_error(attn, targets), **map_metrics(attn, targets))
+    with torch.no_grad(), denormals_flushed():
+        info.update(map_stats(x, wq, wk, targets))
     return wq, wk, info
 
 
@@ -136,10 +171,22 @@ def _solve_adam(x, targets, head_dim, num_heads, generator, iters, lr, norm_ever
 
 
 def _row_space(x: torch.Tensor, rtol: float = 1e-5) -> Tuple[torch.Tensor, torch.Tensor]:
-    """ X = Y V^T with V (D, r) orthonormal, r the numerical rank of X. """
-    u, s, vh = torch.linalg.svd(x.double(), full_matrices=False)
-    rank = int((s > rtol * s[0]).sum())
-    return (u[:, :rank] * s[:rank]).to(x.dtype), vh[:rank].T.to(x.dtype)
+    """ X = Y V^T with V (D, r) orthonormal, r the numerical rank of X (singular values above rtol x the largest);
+    Y = X V has orthogonal columns of norm s_1 >= s_2 >= ... (Y = U S).
+
+    From the float64 eigendecomposition of the smaller Gram matrix (X^T X or X X^T): the eigenvalues kept are at
+    least rtol^2 = 1e-10 of the largest, far above float64's rounding, and it costs a fraction of an SVD of X. """
+    x64 = x.double()
+    n, dim = x64.shape
+    gram = x64.mT @ x64 if dim <= n else x64 @ x64.mT
+    evals, evecs = torch.linalg.eigh(gram)
+    keep = evals > (rtol ** 2) * evals[-1]
+    evecs, evals = evecs[:, keep].flip(-1), evals[keep].flip(-1)
+    if dim <= n:
+        v = evecs
+    else:  # evecs are U: V = X^T U S^-1
+        v = (x64.mT @ evecs) / evals.sqrt()
+    return (x64 @ v).to(x.dtype), v.to(x.dtype)
 
 
 def _signed_permutation(count: int, size: int, generator: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -148,88 +195,229 @@ def _signed_permutation(count: int, size: int, generator: torch.Generator) -> Tu
     return perm, signs
 
 
+# elements of the N x N maps one task of the fast solver holds at a time (a few MB): the solve's memory does not grow
+# with the grid beyond this and the (N, r) pseudo input, and the tasks spread over the caller's threads
+TASK_ELEMENTS = 2 ** 18
+
+
+def _tasks(count: int, n: int) -> List[Tuple[int, int, int, int]]:
+    """ Fixed (first solve, last solve, first query, last query) pieces of the batch of maps, TASK_ELEMENTS each:
+    several whole maps per piece on small grids, a band of query rows of one map on large ones. """
+    if n * n <= TASK_ELEMENTS:
+        per = TASK_ELEMENTS // (n * n)
+        return [(i, min(i + per, count), 0, n) for i in range(0, count, per)]
+    rows = max(1, TASK_ELEMENTS // n)
+    return [(i, i + 1, q, min(q + rows, n)) for i in range(count) for q in range(0, n, rows)]
+
+
+def _value_and_grad_rows(
+        y: torch.Tensor, y_ones: torch.Tensor, m: torch.Tensor, index: torch.Tensor, on_key: torch.Tensor,
+        valid: torch.Tensor, rows: slice,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """ For query rows `rows` of the maps A = softmax(y M y^T) of a batch m (B, r, r) (the logit scale folded in)
+    against one-hot targets at key `index` (B, N) where `valid`: the rows' part of sum((A - H)^2) - #targets, and
+    its gradient with respect to M. y_ones is y with a column of ones, on_key (B, N, r) the target key's token.
+
+    Through the softmax, d/dZ sum((A - H)^2) = 2 A * (G - <G, A>_row) with G = A - H, so with P = A * A, s = the row
+    sums of P and t = A at the target: dZ / 2 = P - (s - t) A - t H, and dZ Y needs A Y and P [Y, 1] only. """
+    y_rows = y[rows]
+    attn = ((y_rows @ m) @ y.mT).softmax(-1)      # (B, R, N)
+    on_target = attn.gather(-1, index[:, rows, None])[..., 0] * valid[:, rows]
+    attn_y = attn @ y
+    square_y = attn.mul_(attn) @ y_ones          # P Y and the row sums of P
+    row_sums = square_y[..., -1]
+    value = row_sums.sum(-1) - 2 * on_target.sum(-1)
+    dz_y = square_y[..., :-1] - (row_sums - on_target)[..., None] * attn_y - on_target[..., None] * on_key[:, rows]
+    return value, y_rows.mT @ dz_y
+
+
+def _capped_value_and_grad(y, targets, scale):
+    """ value_and_grad(m) of the 2024 objective mean((A - H)^2), A = softmax(scale y M y^T), for a batch of M (B, r,
+    r), the N x N work in fixed tasks (`_tasks`) spread over the caller's threads, their parts summed in a fixed
+    order. """
+    n = y.shape[0]
+    valid = (targets >= 0).to(y.dtype)
+    index = targets.clamp_min(0)
+    on_key = y[index] * valid[..., None]
+    y_ones = torch.cat([y, torch.ones(n, 1, dtype=y.dtype)], 1)
+    count_targets = valid.sum(-1)
+
+    def value_and_grad(m: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        m = scale * m
+        tasks = _tasks(m.shape[0], n)
+        parts = parallel_tasks(
+            lambda t: _value_and_grad_rows(y, y_ones, m[t[0]:t[1]], index[t[0]:t[1]], on_key[t[0]:t[1]],
+                                           valid[t[0]:t[1]], slice(t[2], t[3])), tasks)
+        values, grads = [], []
+        for (first, _, query, _), (value, grad) in zip(tasks, parts):
+            if query == 0:
+                values.append(value), grads.append(grad)
+            else:  # another band of rows of the same map: added in task order
+                values[-1], grads[-1] = values[-1] + value, grads[-1] + grad
+        value = (torch.cat(values) + count_targets) / (n * n)
+        return value, torch.cat(grads) * (2 * scale / (n * n))
+    return value_and_grad
+
+
+class _CappedProblem:
+    """ The capped problem in the pseudo input's row space, unconstrained: X = Y V^T, and
+
+        W_q = nq (V c + Q_perp) / column norms,   W_k = nq (V e + K_perp) / row norms,
+
+    with c, e (r, k) the variables and Q_perp, K_perp the start's parts outside the row space, which the objective
+    never sees (they only share the cap with the parts it sees). Every (c, e) is on the cap, and the objective
+    depends on it through M = (V^T W_q)(V^T W_k)^T alone: the N x N work is on r-dimensional tokens. """
+
+    def __init__(self, x: torch.Tensor, targets: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, nq: torch.Tensor):
+        self.y, self.v = _row_space(x)
+        self.nq = nq
+        c, e = self.v.T @ wq, self.v.T @ wk
+        self.q_perp_sq = (wq - self.v @ c).square().sum(-2, keepdim=True)   # (B, 1, k)
+        self.q_perp = wq - self.v @ c
+        self.k_perp = wk - self.v @ e
+        self.shape = c.shape
+        self.start = torch.cat([c.flatten(1), e.flatten(1)], 1)
+        self.objective = _capped_value_and_grad(self.y, targets, wq.shape[-1] ** -0.5)
+        # the logits move with direction i of the row space in proportion to its singular value s_i: steps
+        # scaled by 1 / s_i (at most 10x the largest's) start every direction at a comparable pace
+        sv = self.y.norm(dim=0)
+        pace = sv[0] / sv.clamp_min(0.1 * sv[0])
+        self.precond = pace[:, None].expand(self.shape[1:]).flatten().repeat(2)
+
+    def _unpack(self, z):
+        c, e = z.split(z.shape[1] // 2, dim=1)
+        return c.view(self.shape), e.view(self.shape)
+
+    def _factors(self, c, e):
+        q_norm = ((c * c).sum(-2, keepdim=True) + self.q_perp_sq).sqrt()     # column norms of V c + Q_perp
+        k_full = self.v @ e + self.k_perp
+        k_norm = k_full.norm(dim=-1, keepdim=True)                          # row norms of V e + K_perp
+        return q_norm, k_full, k_norm
+
+    def weights(self, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        c, e = self._unpack(z)
+        q_norm, k_full, k_norm = self._factors(c, e)
+        return self.nq * (self.v @ c + self.q_perp) / q_norm, self.nq * k_full / k_norm
+
+    def value_and_grad(self, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        c, e = self._unpack(z)
+        nq, v = self.nq, self.v
+        q_norm, k_full, k_norm = self._factors(c, e)
+        q_seen = nq * c / q_norm                       # V^T W_q
+        w_k = nq * k_full / k_norm
+        k_seen = v.T @ w_k                             # V^T W_k
+        value, grad_m = self.objective(q_seen @ k_seen.mT)
+        grad_q = grad_m @ k_seen
+        grad_k = v @ (grad_m.mT @ q_seen)
+        # through the normalizations: the gradient of a unit vector's direction, times nq / norm
+        grad_c = (grad_q - c * (c * grad_q).sum(-2, keepdim=True) / q_norm.square()) * (nq / q_norm)
+        grad_k = (grad_k - w_k * (w_k * grad_k).sum(-1, keepdim=True) / nq.square()) * (nq / k_norm)
+        return value, torch.cat([grad_c.flatten(1), (v.T @ grad_k).flatten(1)], 1)
+
+
+def fast_evaluations(dim: int, tokens: int) -> int:
+    """ The fast solver's default number of evaluations for width `dim` and `tokens` N: 20 x max(1, D / 192) x
+    (1 + 64 / N), so 25 on ViT-T's 16 x 16 grid, 40 on an 8 x 8 one, 50 for ViT-S on 16 x 16, 106 for ViT-B on 14 x
+    14. Under the cap the logits can grow with the width (the pseudo input's rows have norm sqrt(D), W_k has D
+    rows of norm nq), the maps get sharper and the problem stiffer; a small grid, more of it border, is stiffer too.
+    Measured (3x3 offsets): L-BFGS passes the old 200-step Adam solver on every head (itself below the reference's
+    objective) after 17-18 evaluations at D = 192 on 14 x 14 and 16 x 16 grids, 13 on 32 x 32, 29 on 8 x 8; 34-35
+    at D = 384 (32 on 8 x 8), 77 at D = 768 on 14 x 14: the default leaves about 40% to spare. """
+    return round(20 * max(1.0, dim / 192) * (1 + 64 / tokens))
+
+
 def solve_fast(
         x: torch.Tensor,
         targets: torch.Tensor,
         head_dim: int,
         num_heads: int,
         generator: torch.Generator,
-        iters: int = 200,
-        lr_scale: float = 3.0,
+        iters: int = 0,
         reuse_solutions: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, Any]]:
-    """ The 2024 problem under the same cap, solved about 300x faster than the reference. targets (B, N).
+    """ The 2024 problem under the same cap, solved two to three orders of magnitude faster than the reference.
+    targets (B, N).
 
     Why it is fast:
     * The objective sees Q and K only through X Q and X K, and the LayerNormed sin-cos pseudo input has low rank
-      (21 for a 16 x 16 grid at any width), so with X = Y V^T the logits are Y (V^T Q)(V^T K)^T Y^T: an r x r
-      product instead of D x k factors in the N x N step.
-    * The gradient is written out (softmax and squared-error backward fused over the N x N maps), and every head
-      of every layer is one batch.
-    * Adam's step starts at lr_scale / D (1.6e-2 for D = 192, 160x the reference's) and decays to zero on a cosine;
-      the cap is applied at every step, a projection onto the same set the reference returns to every 100 steps.
-      The step shrinks with D because the logits grow with it (the pseudo input's rows have norm sqrt(D)): a
-      fixed step that suits D = 192 diverges at D = 768. 200 steps reach a lower objective than the reference's
-      10,000 (benchmarks/impulse_solver.py).
+      (21 for a 16 x 16 grid at any width), so with X = Y V^T the logits are Y (V^T Q)(V^T K)^T Y^T: the N x N work
+      is on r-dimensional tokens, and the gradient is written out (softmax and squared-error backward fused).
+    * The cap is built into the variables (`_CappedProblem`): every point is on it, so the problem is smooth and
+      unconstrained, and L-BFGS (`lbfgs.minimize`, a batch of independent problems) with steps scaled to the row
+      space's singular values reaches a lower objective in `iters` evaluations (default `fast_evaluations`: 25
+      for ViT-T on a 16 x 16 grid) than the reference in 10,000 Adam steps (benchmarks/impulse_solver.py).
     * With `reuse_solutions`, heads whose targets coincide (across layers, for a 3x3 window at most 9 distinct
       targets) share one solve; each head's copy gets its own random signed permutation of the k head
       dimensions, which keeps both the cap and the product W_q W_k^T, so the heads differ in their factors and
-      have the same map, as the authors' shared-across-layers default has.
+      have the same map, as the authors' shared-across-layers default has. A target and its transpose (offsets
+      (dy, dx) and (dx, dy)) share one too when the pseudo input transposes with the grid (`_grid_transpose`: a
+      square sin-cos grid does, exactly): the solution of one is the other's with the h and w features swapped.
+      That leaves 6 solves for a 3x3 window and 15 for a 5x5.
+    * The N x N maps are handled in fixed pieces of TASK_ELEMENTS (`_tasks`), spread over the caller's threads:
+      memory does not grow with the grid beyond one piece per thread, and the bits do not depend on the threads.
     The start is the reference's (uniform in +-sqrt(1 / (k h)), nq the mean column norm), one per solve. The
-    returned weights meet the cap exactly (last step is the projection).
+    returned weights meet the cap exactly.
     """
-    dim, n = x.shape[-1], x.shape[-2]
+    iters = iters or fast_evaluations(x.shape[-1], x.shape[-2])
     if reuse_solutions:
         unique, inverse = torch.unique(targets, dim=0, return_inverse=True)
     else:
         unique, inverse = targets, torch.arange(targets.shape[0])
-    count = unique.shape[0]
-    wq, wk = _uniform_start(count, dim, head_dim, num_heads, generator)
+    solved, source, flipped, features = unique, torch.arange(unique.shape[0]), None, None
+    symmetry = _grid_transpose(x) if reuse_solutions else None
+    if symmetry is not None:
+        tokens, features = symmetry
+        solved, source, flipped = _transpose_pairs(unique, tokens)
+    count = solved.shape[0]
+    wq, wk = _uniform_start(count, x.shape[-1], head_dim, num_heads, generator)
     nq = wq.norm(dim=-2).mean()  # as the reference: the mean initial column norm over the batch's starts
-    y, v = _row_space(x)
-    valid = (unique >= 0).unsqueeze(-1).to(x.dtype)
-    index = unique.clamp_min(0).unsqueeze(-1)
-    scale = head_dim ** -0.5
-    grad_scale = 2 * scale / (n * n)
-    lr = lr_scale / dim
-    state = [torch.zeros_like(wq), torch.zeros_like(wq), torch.zeros_like(wk), torch.zeros_like(wk)]
-    for step in range(1, iters + 1):
-        _cap_(wq, wk, nq)
-        c, e = v.T @ wq, v.T @ wk                      # (count, r, k): the parts of Q, K the objective sees
-        d_m = _objective_grad(y, c @ e.mT, index, valid, scale, grad_scale)
-        step_lr = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / iters))  # cosine decay to ~0
-        _adam_step_(wq, v @ (d_m @ e), state[0], state[1], step, step_lr)
-        _adam_step_(wk, v @ (d_m.mT @ c), state[2], state[3], step, step_lr)
-    _cap_(wq, wk, nq)
+    with denormals_flushed():
+        problem = _CappedProblem(x, solved, wq, wk, nq)
+        z, _ = minimize(problem.value_and_grad, problem.start, iters, precond=problem.precond)
+        wq, wk = problem.weights(z)
+        stats = map_stats(x, wq, wk, solved)
+    wq, wk = wq[source], wk[source]
+    if flipped is not None:  # the transposed grid's solution: the same weights with the h and w features swapped
+        wq = torch.where(flipped[:, None, None], wq[:, features], wq)
+        wk = torch.where(flipped[:, None, None], wk[:, features], wk)
     wq, wk = wq[inverse], wk[inverse]
     if reuse_solutions:
         perm, signs = _signed_permutation(targets.shape[0], head_dim, generator)
         wq, wk = (w.gather(-1, perm.unsqueeze(1).expand_as(w)) * signs for w in (wq, wk))
-    return _finish(x, wq, wk, targets, nq=[float(nq)], iters=iters, lr=lr, solves=count)
+    info = {key: value[source][inverse] for key, value in stats.items()}
+    return wq, wk, dict(info, nq=[float(nq)], iters=iters, solves=count)
 
 
-def _objective_grad(
-        y: torch.Tensor, m: torch.Tensor, index: torch.Tensor, valid: torch.Tensor, scale: float, grad_scale: float,
-) -> torch.Tensor:
-    """ The gradient of mean((A - H)^2) with respect to M (count, r, r), where A = softmax(scale y M y^T) and H is
-    one-hot at `index` (rows whose target is `valid`). """
-    attn = ((y @ (scale * m)) @ y.T).softmax(-1)
-    # d/dZ of mean((A - H)^2) through the softmax: A * (G - <G, A>_row), G = 2 (A - H) / N^2
-    on_target = attn.gather(-1, index) * valid
-    work = attn - (attn.square().sum(-1, keepdim=True) - on_target)
-    work.scatter_add_(-1, index, -valid)
-    return y.T @ (attn.mul_(work) @ y) * grad_scale
+def _grid_transpose(x: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """ (tokens, features) when the pseudo input of a square grid transposes by a permutation of its features:
+    x[tokens] = x[:, features], tokens[q] the token at q's transposed position. A sin-cos table does (timm's layout
+    is [sin h, sin w, cos h, cos w], so swapping h and w swaps those blocks, and LayerNorm commutes with it); any
+    other pseudo input is checked the same way and gets None unless it passes. """
+    n, dim = x.shape
+    side = math.isqrt(n)
+    if side * side != n or dim % 4:
+        return None
+    tokens = torch.arange(n).view(side, side).T.flatten()
+    quarter = torch.arange(dim // 4)
+    features = torch.cat([quarter + dim // 4, quarter, quarter + 3 * dim // 4, quarter + dim // 2])
+    if not torch.allclose(x[tokens], x[:, features], rtol=0, atol=1e-6 * float(x.abs().max())):
+        return None
+    return tokens, features
 
 
-def _adam_step_(
-        param: torch.Tensor, grad: torch.Tensor, avg: torch.Tensor, sq: torch.Tensor, step: int, lr: float,
-        beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-) -> None:
-    """ One bias-corrected Adam update of `param` in place, for a batch of heads at once. """
-    avg.lerp_(grad, 1 - beta1)
-    sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    denom = (sq / (1 - beta2 ** step)).sqrt_().add_(eps)
-    param.addcdiv_(avg, denom, value=-lr / (1 - beta1 ** step))
+def _transpose_pairs(unique: torch.Tensor, tokens: torch.Tensor):
+    """ Pair each target with its transpose among `unique`: (the targets to solve, for each unique target the index
+    of its solve, whether it is that solve's transpose). Transposing the grid maps query tokens[q] to key
+    tokens[t(q)]; the objective and the cap are the same on both grids, so a pair shares one solve. """
+    transposed = torch.full_like(unique, -1)
+    transposed[:, tokens] = torch.where(unique >= 0, tokens[unique.clamp_min(0)], -1)
+    row = {tuple(t.tolist()): i for i, t in enumerate(unique)}
+    partner = [row.get(tuple(t.tolist()), i) for i, t in enumerate(transposed)]
+    keep = [i for i in range(len(partner)) if i <= partner[i]]  # one of each pair (a symmetric target is its own)
+    solve_of = {i: n for n, i in enumerate(keep)}
+    source = torch.tensor([solve_of[i] if i in solve_of else solve_of[partner[i]] for i in range(len(partner))])
+    flipped = torch.tensor([i not in solve_of for i in range(len(partner))])
+    return unique[keep], source, flipped
 
 
 def solve_svd(
@@ -276,6 +464,33 @@ def solve_svd(
     wq = factor_norm * wq / wq.norm(dim=(-2, -1), keepdim=True)
     wk = factor_norm * wk / wk.norm(dim=(-2, -1), keepdim=True)
     return _finish(x, wq.to(x.dtype), wk.to(x.dtype), targets, rank=rank)
+
+
+def solve_cost(solver: str, tokens: int, dim: int, head_dim: int, num_heads: int, maps: int, distinct: int,
+               rank: int, options: Dict[str, Any]) -> Tuple[float, float]:
+    """ (peak bytes, multiply-adds) a solve is estimated to take, from its sizes alone: `tokens` N, width `dim`,
+    `maps` target maps handed to the solver (`num_heads` per layer), at most `distinct` of them different, the
+    pseudo input of rank at most `rank`. For an impulse init to refuse a grid before doing any of the work.
+
+    fast: each evaluation runs three N x N x r products and a softmax per distinct solve (about 3 r + 12
+    multiply-adds per map entry), its maps in pieces of TASK_ELEMENTS; adam: per layer, autograd over the heads'
+    N x N maps, 10,000 times; svd: dense float64 N x N targets and noise for every map. """
+    n2 = float(tokens) ** 2
+    table = 20.0 * tokens * dim + 16.0 * min(tokens, dim) ** 2       # sin-cos table and its LayerNorm, Gram
+    if solver == 'fast':
+        evals = options.get('iters') or fast_evaluations(dim, tokens)
+        solves = distinct if options.get('reuse_solutions', True) else maps
+        memory = table + 4.0 * solves * (tokens * (rank + 2 * head_dim) + 40 * dim * head_dim) \
+            + 4.0 * 4 * TASK_ELEMENTS * 2
+        work = evals * solves * n2 * (3 * rank + 12) + solves * n2 * (head_dim + 12) + tokens * dim * min(tokens, dim)
+    elif solver == 'adam':
+        layers = max(1, maps // num_heads)
+        memory = table + 4.0 * 10 * num_heads * n2
+        work = options.get('iters', 10000) * layers * num_heads * (n2 * (6 * head_dim + 30) + 6 * tokens * dim * head_dim)
+    else:
+        memory = table + 26.0 * maps * n2
+        work = maps * n2 * (2 * min(rank, head_dim) + 10) + tokens * dim * min(tokens, dim)
+    return memory, work
 
 
 SOLVERS = {'fast': solve_fast, 'adam': solve_adam, 'svd': solve_svd}
