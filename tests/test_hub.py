@@ -195,7 +195,8 @@ def test_export_model_without_structured_init(tmp_path):
     torch.manual_seed(0)
     reference = timm.create_model('vit_tiny_patch2_32_sincos', **TINY)
     _assert_loads_identical(folder, reference.state_dict())
-    assert "none (timm's default init)" in (folder / 'README.md').read_text()
+    card = (folder / 'README.md').read_text()
+    assert '| method | none (no structured init) |' in card and "| other weights | timm's init |" in card
 
 
 def _trained_checkpoint(path: Path, ema: bool = False, **extra) -> Dict[str, torch.Tensor]:

@@ -26,6 +26,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import VisionTransformer, build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import checkpoint_filter_fn
 
+from .model_build import check_patch_fits, check_sizes
 from .pos_embed import check_sincos_dim, sincos_pos_embed
 from .struct_init_args import StructInitArgs
 
@@ -58,7 +59,16 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
             **kwargs,
     ) -> None:
         embed_dim, num_heads = kwargs.get('embed_dim', 768), kwargs.get('num_heads', 12)
-        if num_heads < 1 or embed_dim % num_heads:
+        name = 'StructVisionTransformer'
+        check_sizes(name, embed_dim=embed_dim, num_heads=num_heads, in_chans=kwargs.get('in_chans', 3),
+                    img_size=kwargs.get('img_size', 224), patch_size=kwargs.get('patch_size', 16))
+        check_sizes(name, 0, depth=kwargs.get('depth', 12), num_classes=kwargs.get('num_classes', 1000))
+        if struct_init is not None and kwargs.get('depth', 12) == 0:
+            raise ValueError(f'depth=0 leaves no attention block for struct_init={struct_init!r} to write; valid: '
+                             f'depth >= 1')
+        check_patch_fits(name, kwargs.get('img_size', 224), kwargs.get('patch_size', 16),
+                         padded=kwargs.get('dynamic_img_pad', False))
+        if embed_dim % num_heads:
             raise ValueError(
                 f'embed_dim={embed_dim} is not divisible by num_heads={num_heads}; '
                 f'valid num_heads divide embed_dim (e.g. {[h for h in (1, 2, 3, 4, 6, 8, 12, 16) if embed_dim % h == 0]})')
@@ -153,6 +163,7 @@ def _create(variant: str, pretrained: bool = False, **kwargs) -> StructVisionTra
 
 _MIMETIC_PAPER = ('arXiv:2305.09828',)
 _IMPULSE_PAPER = ('arXiv:2404.01139', 'arXiv:2505.19985')
+_IMPULSE2025_PAPER = ('arXiv:2505.19985',)
 
 
 def _cfg32(**kwargs) -> Dict[str, Any]:
@@ -209,6 +220,12 @@ default_cfgs = generate_default_cfgs({
     'vit_base_patch16_224_impulse3': _cfg224(
         description='3x3 impulse init (random offsets: 12 heads > 9), average pool + sin-cos',
         paper_ids=_IMPULSE_PAPER),
+    'vit_tiny_patch16_224_impulse2025': _cfg224(
+        description='2025 closed-form impulse init, class token + learned PE (x18)', paper_ids=_IMPULSE2025_PAPER),
+    'vit_small_patch16_224_impulse2025': _cfg224(
+        description='2025 closed-form impulse init, class token + learned PE (x18)', paper_ids=_IMPULSE2025_PAPER),
+    'vit_base_patch16_224_impulse2025': _cfg224(
+        description='2025 closed-form impulse init, class token + learned PE (x18)', paper_ids=_IMPULSE2025_PAPER),
 })
 
 
@@ -344,3 +361,28 @@ def vit_base_patch16_224_impulse3(pretrained: bool = False, **kwargs) -> StructV
     """
     model_args = dict(patch_size=16, **_BASE, **_GAP_SINCOS, **_impulse(3, offsets='random'))
     return _create('vit_base_patch16_224_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_tiny_patch16_224_impulse2025(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Tiny/16 on 224x224 as the 2025 structured-init paper trains it (Zheng et al., NeurIPS 2025): timm's
+    learned position embedding (scaled by 18, kept by the model) and class token, closed-form impulse Q/K in the
+    fixed offset order, mimetic V/proj. The paper's runs also keep PyTorch's default init for every other weight:
+    `weight_init='reset'`. """
+    model_args = dict(patch_size=16, **_TINY, struct_init='impulse2025')
+    return _create('vit_tiny_patch16_224_impulse2025', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_small_patch16_224_impulse2025(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Small/16 on 224x224 with the 2025 closed-form impulse init (see vit_tiny_patch16_224_impulse2025). """
+    model_args = dict(patch_size=16, **_SMALL, struct_init='impulse2025')
+    return _create('vit_small_patch16_224_impulse2025', pretrained=pretrained, **_merge_args(model_args, kwargs))
+
+
+@register_model
+def vit_base_patch16_224_impulse2025(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
+    """ ViT-Base/16 on 224x224 with the 2025 closed-form impulse init (see vit_tiny_patch16_224_impulse2025); the
+    paper's ImageNet-1k model. Its 12 heads take the fixed 3x3 offset order cyclically (head i: entry i mod 9). """
+    model_args = dict(patch_size=16, **_BASE, struct_init='impulse2025')
+    return _create('vit_base_patch16_224_impulse2025', pretrained=pretrained, **_merge_args(model_args, kwargs))

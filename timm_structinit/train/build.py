@@ -96,9 +96,12 @@ def build_model(args: argparse.Namespace) -> nn.Module:
         drop_block_rate=args.drop_block, global_pool=args.gp), **args.model_kwargs}
     try:
         model = create_model(args.model, pretrained=args.pretrained, **factory_kwargs)
-    except (TypeError, ValueError, RuntimeError) as e:
+    except (TypeError, ValueError, RuntimeError, AssertionError, ZeroDivisionError) as e:
         raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: '
                           f'{error_line(e)}') from None
+    except OSError as e:  # pretrained weights or a Hub config that could not be fetched
+        raise ConfigError(f'--model {args.model!r}{" --pretrained" if args.pretrained else ""}: cannot load its '
+                          f'weights or config ({type(e).__name__}: {error_line(e)})') from None
     path = args.initial_checkpoint
     if path and path.lower().endswith(('.npz', '.npy')):
         load_checkpoint(model, path)  # JAX weights: the model's own loader, as timm does
@@ -160,7 +163,7 @@ def data_config(args: argparse.Namespace, model: nn.Module, datasets: Sequence) 
 def build_optimizer(args: argparse.Namespace, model: nn.Module, device: torch.device):
     """ (optimizer, autocast context, loss scaler or None); --lr unset is lr_base scaled by the global batch. """
     if args.lr is None:
-        global_batch = args.batch_size * args.world_size
+        global_batch = args.batch_size * args.world_size * args.grad_accum_steps
         ratio = global_batch / args.lr_base_size
         scale = args.lr_base_scale or ('sqrt' if any(o in args.opt.lower() for o in ('ada', 'lamb')) else 'linear')
         args.lr = args.lr_base * (math.sqrt(ratio) if scale == 'sqrt' else ratio)
@@ -197,7 +200,8 @@ def build_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_trai
         dataset_train, batch_size=args.batch_size, is_training=True, no_aug=args.no_aug, re_prob=args.reprob,
         re_mode=args.remode, re_count=args.recount, re_split=args.resplit, train_crop_mode=args.train_crop_mode,
         scale=args.scale, ratio=args.ratio, hflip=args.hflip, vflip=args.vflip, color_jitter=args.color_jitter,
-        auto_augment=args.aa, interpolation=train_interpolation, collate_fn=collate_fn, **loader_common)
+        auto_augment=args.aa, interpolation=train_interpolation, collate_fn=collate_fn,
+        num_aug_repeats=args.aug_repeats, **loader_common)
     loader_eval = create_loader(
         dataset_eval, batch_size=args.validation_batch_size or args.batch_size, is_training=False, **eval_options)
     train_sampler = getattr(getattr(loader_train, 'loader', loader_train), 'sampler', None)

@@ -12,6 +12,7 @@ import yaml
 from ..atomic import atomic_file
 from ..cli import OneLineArgumentParser, error_line
 from ..kwargs import ParseKwargs
+from ..recipes import resolve_config, unknown_config
 
 PROG = 'timm-structinit-train'
 SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
@@ -20,6 +21,39 @@ GRAYSCALE_TORCH_DATASETS = ('mnist', 'kmnist', 'fashion_mnist', 'qmnist')  # sin
 _CLI_ONLY = ('help', 'config')
 # run-specific keys left out of the args.yaml written next to the checkpoints, so it can be reused with -c
 _NOT_SAVED = ('resume', 'experiment', 'overwrite', 'local_rank')
+# options of timm's train.py (timm 1.0.31) that this entry point does not have: each is refused with a pointer to
+# running timm's own script with this package's models (`python -m timm_structinit.run path/to/train.py`)
+TIMM_TRAIN_ONLY = (
+    '--aug-splits', '--bce-loss', '--bce-pos-weight', '--bce-sum', '--bce-target-thresh', '--bn-eps', '--bn-momentum',
+    '--channels-last', '--class-map', '--color-jitter-prob', '--dataset-trust-remote-code', '--device-modules',
+    '--dist-bn', '--distill-loss-weight', '--drop-connect', '--epoch-repeats', '--fast-norm', '--fuser',
+    '--gaussian-blur-prob', '--grad-checkpointing', '--grayscale-prob', '--head-init-bias', '--head-init-scale',
+    '--input-img-mode', '--input-key', '--jsd-loss', '--kd-distill-type', '--kd-loss-type', '--kd-model-name',
+    '--kd-student-feature-dim', '--kd-teacher-feature-dim', '--kd-temperature', '--kd-token-distill-type',
+    '--layer-decay-min-scale', '--layer-decay-no-opt-scale', '--model-dtype', '--naflex-loader', '--naflex-loss-scale',
+    '--naflex-max-seq-len', '--naflex-patch-size-probs', '--naflex-patch-sizes', '--naflex-patchify-channels-first',
+    '--naflex-train-seq-lens', '--no-ddp-bb', '--pretrained-path', '--recovery-interval', '--save-images',
+    '--split-bn', '--start-epoch', '--sync-bn', '--synchronize-step', '--target-key', '--task-loss-weight',
+    '--torchscript', '--train-batch-sizes', '--train-batches-per-epoch', '--train-img-sizes', '--train-num-samples',
+    '--train-size-probs', '--train-size-random-mix', '--train-size-schedule', '--train-size-schedule-spread',
+    '--train-steps-per-epoch', '--tta', '--use-multi-epochs-loader', '--val-num-samples',
+    '--variable-batch-loss-scale', '--wandb-resume-id', '--worker-seeding')
+# this entry point's own options for some of them
+_OWN_FOR = {'--train-num-samples': '--train-subset', '--val-num-samples': '--val-subset'}
+
+
+def timm_only_error(option: str) -> str:
+    """ The error for an option of timm's train.py that this entry point does not have. """
+    own = f' (this entry point has {_OWN_FOR[option]})' if option in _OWN_FOR else ''
+    return (f"{option} is an option of timm's train.py that {PROG} does not support{own}; run timm's own script with "
+            f"this package's models: python -m timm_structinit.run path/to/train.py ... {option} ...")
+
+
+def _refuse_timm_only(argv: Sequence[str]) -> None:
+    for token in argv:
+        option = token.split('=', 1)[0]
+        if option in TIMM_TRAIN_ONLY:
+            raise ConfigError(timm_only_error(option))
 
 
 class ConfigError(ValueError):
@@ -31,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
         prog=PROG, description='Train a timm image classifier (structured-init ViTs registered).',
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument('-c', '--config', default='', metavar='FILE.yaml',
-                        help='YAML file whose keys (underscored option names) set the defaults; flags override it')
+    parser.add_argument('-c', '--config', default='', metavar='RECIPE',
+                        help='a packaged recipe name (timm-structinit recipes) or a YAML file whose keys (underscored '
+                             'option names) set the defaults; flags override it')
     for add_group in (_add_data_group, _add_model_group, _add_optimizer_groups, _add_schedule_group,
                       _add_augment_group, _add_run_groups):
         add_group(parser)
@@ -75,6 +110,9 @@ def _add_model_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('-b', '--batch-size', type=int, default=128, help='training batch size per process')
     group.add_argument('-vb', '--validation-batch-size', type=int,
                        help='evaluation batch size per process (default: --batch-size)')
+    group.add_argument('--grad-accum-steps', type=int, default=1, metavar='N',
+                       help='batches whose gradients are summed into one optimizer update (global batch = '
+                            'batch size x processes x N)')
     group.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
                        help='extra model arguments, e.g. embed_dim=128 depth=6')
 
@@ -84,6 +122,9 @@ def _add_optimizer_groups(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help='device')
     group.add_argument('--amp', action='store_true', help='automatic mixed precision')
     group.add_argument('--amp-dtype', default='float16', choices=('float16', 'bfloat16'), help='AMP dtype')
+    group.add_argument('--torchcompile', nargs='?', const='inductor', metavar='BACKEND',
+                       help='compile the model with torch.compile (backend default: inductor)')
+    group.add_argument('--torchcompile-mode', help="torch.compile mode (e.g. 'reduce-overhead', 'max-autotune')")
     group.add_argument('--dist-backend', help='process group backend (default: nccl on cuda, else gloo)')
     group.add_argument('--local-rank', '--local_rank', dest='local_rank', type=int, default=0,
                        help='set by older launchers; torchrun uses the LOCAL_RANK variable')
@@ -140,6 +181,9 @@ def _add_augment_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--vflip', type=float, default=0.0, help='vertical flip probability')
     group.add_argument('--color-jitter', type=float, default=0.4, help='color jitter factor (unused with --aa)')
     group.add_argument('--aa', help="auto-augment policy, e.g. 'rand-m9-mstd0.5-inc1'")
+    group.add_argument('--aug-repeats', type=float, default=0, metavar='N',
+                       help="repeated augmentation: each image N times per epoch, spread over the processes "
+                            "(timm's RepeatAugSampler; distributed runs only)")
     group.add_argument('--reprob', type=float, default=0.0, help='random erasing probability (Cutout)')
     group.add_argument('--remode', default='pixel', choices=('const', 'rand', 'pixel'), help='random erasing fill')
     group.add_argument('--recount', type=int, default=1, help='random erasing count')
@@ -180,6 +224,10 @@ def _add_run_groups(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--eval-metric', default='top1', choices=('top1', 'top5', 'loss'),
                        help='metric ranking checkpoints')
     group.add_argument('--plot', action='store_true', help='draw loss and accuracy curves to summary.png')
+    group.add_argument('--log-wandb', action='store_true',
+                       help='log every epoch to Weights & Biases (WANDB_MODE=offline keeps it on disk)')
+    group.add_argument('--wandb-project', help='wandb project name')
+    group.add_argument('--wandb-tags', nargs='+', default=[], metavar='TAG', help='wandb tags')
 
 
 def _config_actions(parser: argparse.ArgumentParser) -> Dict[str, argparse.Action]:
@@ -188,7 +236,7 @@ def _config_actions(parser: argparse.ArgumentParser) -> Dict[str, argparse.Actio
 
 def _read_yaml(path: str) -> Dict[Any, Any]:
     if not os.path.isfile(path):
-        raise ConfigError(f'--config {path!r}: no such file')
+        raise ConfigError(f'--config {path!r}: {unknown_config(path)}')
     try:
         with open(path, 'rb') as f:
             cfg = yaml.safe_load(f.read().decode('utf-8-sig'))
@@ -245,15 +293,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """ Parse the command line over the values of its `-c FILE.yaml`, each value through its flag's argparse action
     (type, choices, count); `check_args` then checks the result. """
     argv = list(sys.argv[1:] if argv is None else argv)
+    _refuse_timm_only(argv)
     config_parser = OneLineArgumentParser(prog=PROG, add_help=False)
     config_parser.add_argument('-c', '--config', default='')
     path = config_parser.parse_known_args(argv)[0].config
     parser = build_parser()
     namespace = argparse.Namespace()
     if path:
+        path = resolve_config(path) or path  # a file, else a packaged recipe of that name
         actions = _config_actions(parser)
         parser.exit_on_error = False  # a bad YAML value raises, to be reported as the config's error
         for key, value in _read_yaml(path).items():
+            if key not in actions and f'--{str(key).replace("_", "-")}' in TIMM_TRAIN_ONLY:
+                raise ConfigError(f'{path}: key {key!r}: ' + timm_only_error(f'--{str(key).replace("_", "-")}'))
             if key not in actions:
                 close = difflib.get_close_matches(str(key).replace('-', '_'), list(actions), n=1, cutoff=0.6)
                 hint = f"; did you mean '{close[0]}'?" if close else ''

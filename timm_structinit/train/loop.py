@@ -48,35 +48,52 @@ def train_one_epoch(
         loss_scaler: Optional[NativeScaler] = None, model_ema: Optional[ModelEmaV3] = None,
         mixup_fn: Optional[Mixup] = None, num_updates: int = 0, show_progress: bool = False,
 ) -> Tuple[OrderedDict, int]:
-    """ One pass over the training loader; returns ({'loss', 'img_per_sec'}, updated num_updates). """
+    """ One pass over the training loader; returns ({'loss', 'img_per_sec'}, updated num_updates).
+
+    With `args.grad_accum_steps` N > 1, as timm's train.py: the gradients of N batches (each loss divided by N; the
+    epoch's last, shorter group by its own size) make one optimizer update, and the schedule and the EMA count
+    updates, not batches; a distributed run synchronizes gradients only on the update's last batch. """
     from tqdm import tqdm
     model.train()
     parameters = [p for p in model.parameters() if p.requires_grad]
     num_batches = len(loader)
+    accum = max(1, int(getattr(args, 'grad_accum_steps', 1)))
+    last_group_start = num_batches - (num_batches % accum or accum)
+    no_sync = getattr(model, 'no_sync', None) if getattr(args, 'distributed', False) else None
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     samples = 0
     batch_time, recent_loss = AverageMeter(), AverageMeter()
     bar = tqdm(total=num_batches, desc=f'epoch {epoch + 1}', disable=not show_progress, leave=False,
                dynamic_ncols=True, file=sys.stdout)
     start = end = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
     for batch_idx, (inputs, target) in enumerate(loader):
+        need_update = batch_idx == num_batches - 1 or (batch_idx + 1) % accum == 0
+        group = num_batches - last_group_start if batch_idx >= last_group_start else accum
         if args.no_prefetcher:
             inputs, target = inputs.to(device), target.to(device)
             if mixup_fn is not None:
                 inputs, target = mixup_fn(inputs, target)
-        with amp_autocast():
-            loss = loss_fn(model(inputs), target)
-        optimizer.zero_grad(set_to_none=True)
-        if loss_scaler is not None:
-            loss_scaler(loss, optimizer, clip_grad=args.clip_grad, clip_mode=args.clip_mode, parameters=parameters)
-        else:
-            loss.backward()
-            if args.clip_grad is not None:
-                dispatch_clip_grad(parameters, args.clip_grad, mode=args.clip_mode)
-            optimizer.step()
-        num_updates += 1
-        if model_ema is not None:
-            model_ema.update(unwrap_model(model), step=num_updates)
+        with no_sync() if no_sync is not None and not need_update else nullcontext():
+            with amp_autocast():
+                loss = loss_fn(model(inputs), target)
+            scaled = loss / group if group > 1 else loss
+            if loss_scaler is not None:
+                loss_scaler(scaled, optimizer, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
+                            parameters=parameters, need_update=need_update)
+            else:
+                scaled.backward()
+                if need_update:
+                    if args.clip_grad is not None:
+                        dispatch_clip_grad(parameters, args.clip_grad, mode=args.clip_mode)
+                    optimizer.step()
+        if need_update:
+            optimizer.zero_grad(set_to_none=True)
+            num_updates += 1
+            if model_ema is not None:
+                model_ema.update(unwrap_model(model), step=num_updates)
+            if lr_scheduler is not None:
+                lr_scheduler.step_update(num_updates=num_updates, metric=recent_loss.avg)
         samples += inputs.size(0)
         loss_sum += loss.detach().double() * inputs.size(0)
         batch_time.update(time.perf_counter() - end)
@@ -87,8 +104,6 @@ def train_one_epoch(
             _log_step(loss.item(), epoch, batch_idx, num_batches, optimizer, recent_loss, inputs.size(0), rate,
                       bar if show_progress else None)
         bar.update(1)
-        if lr_scheduler is not None:
-            lr_scheduler.step_update(num_updates=num_updates, metric=recent_loss.avg)
     bar.close()
     elapsed = time.perf_counter() - start
     total_loss, total_samples = _all_reduce_sum(

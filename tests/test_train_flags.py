@@ -1,0 +1,147 @@
+""" timm train.py's options that the papers' recipes and GPU users need, with timm's names and semantics: gradient
+accumulation, evaluation interval, repeated augmentation, torch.compile, Weights & Biases; and every other option of
+timm's train.py refused in one line that points to running timm's own script. """
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from timm_structinit import train as train_mod
+from timm_structinit.train.config import TIMM_TRAIN_ONLY
+
+REPO = Path(__file__).resolve().parents[1]
+TIMM_TRAIN = REPO.parent / 'shared' / 'timm-scripts' / 'train.py'
+TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=32', 'depth=1', 'num_heads=2',
+        'patch_size=8']
+DIGITS = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--hflip', '0', '--workers', '0', '--opt', 'adamw',
+          '--lr', '1e-3', '--warmup-epochs', '0', '--log-interval', '1000', '--seed', '3']
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _run(argv, capsys):
+    code = train_mod.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _state(path: Path):
+    return torch.load(path, map_location='cpu', weights_only=False)
+
+
+def test_grad_accum_steps_sums_batches_into_one_update(tmp_path, capsys):
+    """ 2 x 16 images with accumulation make the same update as 32 at once (no augmentation, no dropout: the same
+    images, the same mean loss; SGD, whose step is linear in the gradient), and the optimizer steps once per group
+    of batches, the epoch's last, shorter group included. """
+    common = [*TINY, *DIGITS, '--no-aug', '--smoothing', '0', '--train-subset', 96, '--val-subset', 20, '--epochs', 1,
+              '--output', tmp_path]
+    sgd = ['--opt', 'sgd', '--momentum', '0.9', '--lr', '0.1', '--weight-decay', '0']
+    assert _run([*common, *sgd, '--batch-size', 32, '--experiment', 'whole'], capsys)[0] == 0
+    code, out, err = _run([*common, *sgd, '--batch-size', 16, '--grad-accum-steps', 2, '--experiment', 'accum'],
+                          capsys)
+    assert code == 0, err
+    whole, accum = _state(tmp_path / 'whole' / 'last.pth.tar'), _state(tmp_path / 'accum' / 'last.pth.tar')
+    for key, value in whole['state_dict'].items():
+        torch.testing.assert_close(accum['state_dict'][key], value, rtol=1e-4, atol=1e-6)
+    # against the same 16-image batches without accumulation, which step twice as often: different weights
+    assert _run([*common, *sgd, '--batch-size', 16, '--experiment', 'each'], capsys)[0] == 0
+    each = _state(tmp_path / 'each' / 'last.pth.tar')['state_dict']
+    assert not torch.allclose(each['head.weight'], whole['state_dict']['head.weight'], atol=1e-4)
+    # Adam counts its steps: 96 images in batches of 16 are 6 batches; 4 per update makes 2 updates (4 + 2)
+    for accum_steps, updates in ((1, 6), (4, 2)):
+        name = f'adam{accum_steps}'
+        argv = [*common, '--batch-size', 16, '--grad-accum-steps', accum_steps, '--experiment', name]
+        assert _run(argv, capsys)[0] == 0
+        assert _state(tmp_path / name / 'last.pth.tar')['optimizer']['state'][0]['step'].item() == updates
+
+
+def test_val_interval_evaluates_every_n_epochs_and_the_last(tmp_path, capsys):
+    argv = [*TINY, *DIGITS, '--train-subset', 64, '--val-subset', 20, '--batch-size', 32, '--epochs', 5,
+            '--val-interval', 2, '--output', tmp_path, '--experiment', 'v']
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    rows = (tmp_path / 'v' / 'summary.csv').read_text().splitlines()[1:]
+    assert [int(r.split(',')[0]) for r in rows] == [1, 3, 4]  # after epochs 2, 4 and the last (timm counts from 0)
+    assert re.search(r'epoch   1/5  train loss \S+  lr', out) and re.search(r'epoch   2/5  train loss \S+  eval', out)
+    assert sorted(p.name for p in (tmp_path / 'v').glob('checkpoint-*')) == [
+        'checkpoint-1.pth.tar', 'checkpoint-3.pth.tar', 'checkpoint-4.pth.tar']
+
+
+def test_aug_repeats_needs_a_distributed_run(capsys):
+    code, out, err = _run([*TINY, *DIGITS, '--aug-repeats', 3], capsys)
+    assert code == 2 and err.count('\n') == 1 and '--aug-repeats 3.0 needs a distributed run' in err
+
+
+def test_aug_repeats_in_a_distributed_run(tmp_path):
+    """ timm's RepeatAugSampler: every image 3 times per epoch, spread over the processes, the epoch cut to a multiple
+    of 256 images (1,347 digits: 1,280, so 640 per process, 20 batches of 32) instead of 674 per process. """
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '-m',
+           'timm_structinit.train', *TINY, *DIGITS, '--batch-size', '32', '--epochs', '1', '--val-subset', '50',
+           '--output', str(tmp_path), '--experiment', 'repeats', '--aug-repeats', '3']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # without repeats each process would take 674 images, 21 batches (test_ddp_two_processes counts those)
+    assert _state(tmp_path / 'repeats' / 'last.pth.tar')['optimizer']['state'][0]['step'].item() == 20
+
+
+def test_torchcompile_trains_a_tiny_model(tmp_path, capsys, caplog):
+    argv = [*TINY, *DIGITS, '--train-subset', 64, '--val-subset', 20, '--batch-size', 32, '--epochs', 1,
+            '--torchcompile', '--output', tmp_path, '--experiment', 'c']
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    assert 'backend inductor' in caplog.text and 'final top-1' in out
+    # the checkpoint holds the model's own names, not the compiled wrapper's
+    assert all(not k.startswith('_orig_mod') for k in _state(tmp_path / 'c' / 'last.pth.tar')['state_dict'])
+    code, out, err = _run([*argv, '--torchcompile-mode', 'fastest'], capsys)
+    assert code == 2 and "--torchcompile-mode 'fastest' is not valid" in err
+
+
+def test_log_wandb_offline_writes_its_run_folder(tmp_path):
+    cmd = [sys.executable, '-m', 'timm_structinit.train', *TINY, *DIGITS, '--train-subset', '64', '--val-subset', '20',
+           '--batch-size', '32', '--epochs', '2', '--log-wandb', '--wandb-project', 'structinit-test',
+           '--output', str(tmp_path / 'out'), '--experiment', 'w']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=dict(os.environ, WANDB_MODE='offline', WANDB_SILENT='true', OMP_NUM_THREADS='1'))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = list((tmp_path / 'wandb').glob('offline-run-*'))
+    assert len(runs) == 1
+    records = b''.join(p.read_bytes() for p in runs[0].glob('*.wandb'))  # what `wandb sync` would upload
+    assert b'structinit-test' in records and b'eval_top1' in records and b'train_loss' in records
+
+
+def _timm_train_options():
+    text = TIMM_TRAIN.read_text()
+    return sorted({o for pair in re.findall(r"add_argument\(\s*'(-[^']+)'(?:,\s*'(-[^']+)')?", text) for o in pair
+                   if o})
+
+
+@pytest.mark.skipif(not TIMM_TRAIN.is_file(), reason=f"timm's train.py not found at {TIMM_TRAIN}")
+def test_every_option_of_timms_train_py_is_ours_or_refused_with_a_pointer(capsys):
+    ours = {o for action in train_mod.build_parser()._actions for o in action.option_strings}
+    refused = 0
+    for option in _timm_train_options():
+        if option in ours:
+            continue
+        code, out, err = _run([option, '1'], capsys)
+        assert code == 2 and err.count('\n') == 1, (option, err)
+        assert f"{option} is an option of timm's train.py" in err and 'python -m timm_structinit.run' in err, option
+        refused += 1
+    assert refused == len(TIMM_TRAIN_ONLY)
+    # the same in a YAML config
+    import tempfile
+    with tempfile.NamedTemporaryFile('w', suffix='.yaml', delete=False) as f:
+        f.write('jsd_loss: true\n')
+    code, out, err = _run(['-c', f.name], capsys)
+    os.unlink(f.name)
+    assert code == 2 and "key 'jsd_loss'" in err and 'python -m timm_structinit.run' in err
