@@ -423,8 +423,7 @@ def test_epochs_are_numbered_from_one(tiny_run, tmp_path, capsys, caplog):
 
 
 def test_model_kwargs_in_chans_trains_on_one_channel(tmp_path, capsys):
-    config = Path(__file__).resolve().parents[1] / 'configs' / 'digits.yaml'
-    argv = ['-c', config, '--model-kwargs', 'in_chans=1', 'depth=1', 'embed_dim=32', 'num_heads=2', '--epochs', 1,
+    argv = ['-c', 'digits', '--model-kwargs', 'in_chans=1', 'depth=1', 'embed_dim=32', 'num_heads=2', '--epochs', 1,
             '--train-subset', 64, '--val-subset', 20, '--batch-size', 32, '--output', tmp_path, '--experiment', 'g']
     code, out, err = run_train(argv, capsys)
     assert code == 0, err

@@ -5,6 +5,7 @@
                          [--commit-message TEXT] [--dry-run]
     timm-structinit show MODEL [same build options] [--init NAME [--init-kwargs k=v ...]] [--layer L]
                          [--images DIR] [--num-images N] [--out FIG.png]
+    timm-structinit recipes [NAME [--path]]
 
 A subcommand is a `Command`: a help line, a function adding its arguments to its parser and a function running it
 (returning the exit code). `register_command` adds one; `main` builds the parser from the registry, so a new
@@ -69,11 +70,21 @@ def exit_status(error: BaseException) -> int:
     return 2 if isinstance(error, usage) else 1
 
 
+def _seed(text: str) -> int:
+    """ argparse type of --seed: `seeds.check_seed`'s range. """
+    from .seeds import check_seed
+    try:
+        return check_seed(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a valid seed; valid: an integer from 0 to 2**63 - 1') \
+            from None
+
+
 def _add_build_arguments(parser: argparse.ArgumentParser) -> None:
     """ The options that say which weights to build; shared by export and push. """
     parser.add_argument('model', metavar='MODEL', help='registered model name, e.g. vit_tiny_patch2_32_mimetic')
     parser.add_argument(
-        '--seed', type=int, default=0,
+        '--seed', type=_seed, default=0,
         help='seeds torch.manual_seed and struct_init_seed, so every weight is reproducible (default: 0)')
     parser.add_argument(
         '--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
@@ -159,6 +170,20 @@ def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--out', default=None, metavar='FIG.png', help='figure path (default: MODEL_layerL.png)')
 
 
+def _check_figure_path(out: str) -> None:
+    """ A figure can be written at `out`: an image format matplotlib writes, not a folder, in a writable folder. """
+    import os
+    formats = ('png', 'pdf', 'svg', 'jpg', 'jpeg', 'eps', 'ps', 'tif', 'tiff', 'webp')
+    ext = os.path.splitext(out)[1].lower().lstrip('.')
+    if ext not in formats:
+        raise ValueError(f'--out {out!r} is not a figure file; valid endings: {", ".join("." + f for f in formats)}')
+    if os.path.isdir(out):
+        raise IsADirectoryError(f'--out {out!r} is a folder; give a file name such as {os.path.join(out, "map.png")}')
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f'--out {out!r}: cannot write in {folder} (missing, or no permission)')
+
+
 def _run_show(args: argparse.Namespace) -> int:
     from .hub import build_model
     from .inits import apply_init, get_init, model_family
@@ -167,6 +192,8 @@ def _run_show(args: argparse.Namespace) -> int:
         get_init(args.init)  # an unknown name fails before the model is built
     if args.num_images < 1:
         raise ValueError(f'--num-images={args.num_images} must be at least 1')
+    if args.out is not None:
+        _check_figure_path(args.out)
     model = build_model(args.model, seed=args.seed, model_kwargs=args.model_kwargs, checkpoint=args.checkpoint,
                         use_ema=args.use_ema)
     if args.init is not None:
@@ -213,9 +240,36 @@ register_command(
     _add_show_arguments, _run_show)
 
 
+def _add_recipes_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('name', nargs='?', metavar='NAME', help='print this recipe (default: list them all)')
+    parser.add_argument('--path', action='store_true', help="print the recipe's file path instead of its text")
+
+
+def _run_recipes(args: argparse.Namespace) -> int:
+    from .recipes import list_recipes, recipe_path, recipe_source
+    if args.name is None:
+        if args.path:
+            raise ValueError('--path needs a recipe NAME')
+        names = list_recipes()
+        width = max(map(len, names))
+        for name in names:
+            print(f'{name:{width}}  {recipe_source(name)}')
+        print(f'\n{len(names)} recipes; train with one: timm-structinit-train -c NAME [flags overriding it]')
+        return 0
+    path = recipe_path(args.name)
+    print(path if args.path else path.read_text(encoding='utf-8'), end='\n' if args.path else '')
+    return 0
+
+
+register_command(
+    'recipes', 'list the packaged training recipes with their sources, or print one', _add_recipes_arguments,
+    _run_recipes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
-        prog=PROG, description='Structured attention inits for timm ViTs: export and share models.')
+        prog=PROG, description='Structured attention inits for timm ViTs: export, share and inspect models; list '
+                               'the training recipes.')
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
     for name, command in COMMANDS.items():
         sub = subparsers.add_parser(name, help=command.help, description=command.help)

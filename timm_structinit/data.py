@@ -4,17 +4,21 @@
   `torch/cifar100` and the other `torch/` names go through `timm.data.create_dataset`. Split folders are resolved
   here first: timm falls back to the whole root when a split folder is missing, which would evaluate on training
   images, so a missing split is refused, and so is a class folder without images (timm would drop the class).
-* `torch/svhn` (or `svhn`): torchvision's SVHN, which timm's factory does not cover.
+* `torch/svhn` (or `svhn`), `torch/food101`, `torch/stl10`, `torch/flowers102`, `torch/oxford_iiit_pet`:
+  torchvision datasets timm's factory does not cover (`torchvision_data`), each with its own splits.
 * `sklearn/digits`: scikit-learn's bundled handwritten digits (1,797 real 8x8 grayscale images, 10 classes), which
   needs no download. A fixed stratified split gives 1,347 training and 450 test images; images are upscaled to
   the model's input size and repeated to 3 channels (or kept gray for 1-channel models).
 * `CheckedImageDataset`: timm's ImageDataset, except that an unreadable image stops the run naming its file
-  (timm logs a warning and silently serves the next image instead).
+  (timm logs a warning and silently serves the next image instead), an image with more than 8 bits per sample
+  (16-bit PNG or TIFF) is scaled to 8 bits instead of clipped to white, and a file reached twice through directory
+  links (a link loop) is read once.
 * `ClassBalancedSubset`: a deterministic, class-balanced subset for CPU-scale runs.
 
 Every failure to find data raises `DataError` with the flag and path that would fix it; an image that cannot be
 decoded during training raises `ImageReadError` with its path.
 """
+import logging
 import os
 import urllib.error
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -24,17 +28,21 @@ from PIL import Image
 from timm.data import ImageDataset
 from torch.utils.data import Dataset
 
+from .torchvision_data import TORCHVISION_SOURCES, build_torchvision_dataset, torchvision_split
+
 __all__ = [
     'DataError', 'ImageReadError', 'DigitsDataset', 'CheckedImageDataset',
     'ClassBalancedSubset', 'build_dataset', 'folder_dataset', 'dataset_targets', 'dataset_classes',
     'resolve_split_folder', 'check_dataset_name', 'TORCH_DATASETS', 'TRAIN_SPLITS', 'EVAL_SPLITS',
 ]
 
-# the torchvision datasets timm's factory maps under 'torch/', plus SVHN which this module adds
-TORCH_DATASETS = ('cifar10', 'cifar100', 'mnist', 'kmnist', 'fashion_mnist', 'qmnist', 'svhn')
+# the torchvision datasets timm's factory maps under 'torch/', then those `torchvision_data` adds
+TIMM_TORCH_DATASETS = ('cifar10', 'cifar100', 'mnist', 'kmnist', 'fashion_mnist', 'qmnist')
+TORCH_DATASETS = TIMM_TORCH_DATASETS + tuple(TORCHVISION_SOURCES)
 # split synonyms, searched in this order, as timm's folder reader does
 TRAIN_SPLITS = ('train', 'training')
 EVAL_SPLITS = ('val', 'valid', 'validation', 'eval', 'evaluation')
+_logger = logging.getLogger(__name__)
 SHARED_CIFAR10_HINT = "--dataset '' --data-dir ../shared/data/cifar10 --train-split train --val-split test"
 
 
@@ -54,16 +62,19 @@ class ImageReadError(RuntimeError):
 
 
 def check_dataset_name(name: str) -> str:
-    """ Validate a `--dataset` name (before any data is touched) and return its kind: folder, torch, svhn, digits. """
+    """ Validate a `--dataset` name (before any data is touched) and return its kind: folder, torch (timm's
+    factory), torchvision (`torchvision_data`), digits, hfds. """
     prefix, sep, rest = name.partition('/')
     if not name:
         return 'folder'
-    if name.lower() in ('svhn', 'torch/svhn'):
-        return 'svhn'
+    if name.lower() == 'svhn':
+        return 'torchvision'
     if name.lower() == 'sklearn/digits':
         return 'digits'
     if sep and prefix.lower() == 'torch':
-        if rest.lower() in TORCH_DATASETS:
+        if rest.lower() in TORCHVISION_SOURCES:
+            return 'torchvision'
+        if rest.lower() in TIMM_TORCH_DATASETS:
             return 'torch'
         raise DataError(f'--dataset {name!r}: unknown torch dataset {rest!r}; valid: '
                         + ', '.join(f'torch/{n}' for n in TORCH_DATASETS))
@@ -161,17 +172,48 @@ class DigitsDataset(Dataset):
         return img, target
 
 
+# Pillow modes with more than 8 bits per sample, which `convert('RGB')` clips at 255 instead of scaling: 16-bit
+# grayscale (PNG, TIFF), and 32-bit integers holding 16-bit values (older Pillow reads 16-bit PNG so)
+_SIXTEEN_BIT_MODES = ('I;16', 'I;16B', 'I;16L', 'I;16N', 'I')
+
+
+def _to_8_bits(img: Image.Image, path: str) -> Image.Image:
+    """ A 16-bit grayscale image scaled to 8 bits ('L'); ImageReadError for values outside the 16-bit range. """
+    values = np.asarray(img)
+    if values.size and (values.min() < 0 or values.max() > 65535):
+        raise ImageReadError(f'image {os.path.abspath(path)} has {img.mode!r} pixels outside the 16-bit range '
+                             f'({values.min()}..{values.max()}); save it with 8 or 16 bits per channel')
+    return Image.fromarray(np.round(values.astype(np.float64) * (255.0 / 65535.0)).astype(np.uint8), mode='L')
+
+
+def read_image(path: str, mode: Optional[str] = 'RGB') -> Image.Image:
+    """ The image at `path` in `mode` (None: as stored), 16-bit images scaled to 8 bits; ImageReadError naming the
+    file when it cannot be decoded, is a decompression bomb by Pillow's limit, or has floating-point pixels. """
+    where = os.path.abspath(path)
+    try:
+        with Image.open(path) as img:
+            if img.mode in _SIXTEEN_BIT_MODES:
+                img = _to_8_bits(img, path)
+            elif img.mode == 'F':
+                raise ImageReadError(f'image {where} has floating-point pixels (mode F), whose range is unknown; '
+                                     f'save it with 8 or 16 bits per channel')
+            return img.convert(mode) if mode else img.copy()
+    except Image.DecompressionBombError as e:  # not an OSError
+        raise ImageReadError(f'image {where} is refused by Pillow as a decompression bomb ({e}); Pillow\'s limit '
+                             f'is PIL.Image.MAX_IMAGE_PIXELS = {Image.MAX_IMAGE_PIXELS} pixels (x2); resize the '
+                             f'image or raise that limit') from None
+    except OSError as e:  # PIL's decode errors: a truncated, corrupt or unreadable file
+        raise ImageReadError(f'cannot read image {where} ({e}); replace or remove it') from None
+
+
 class CheckedImageDataset(ImageDataset):
     """ timm's ImageDataset over a folder, except that an image that cannot be decoded raises `ImageReadError`
-    naming its file; timm's dataset logs a warning and serves the next image in its place. """
+    naming its file (timm's dataset logs a warning and serves the next image in its place), and 16-bit images are
+    scaled to 8 bits (`read_image`). """
 
     def __getitem__(self, index: int) -> Tuple[Any, int]:
         path, target = self.reader.samples[index]
-        try:
-            with Image.open(path) as img:
-                img = img.convert(self.input_img_mode) if self.input_img_mode else img.copy()
-        except OSError as e:  # PIL's decode errors: a truncated, corrupt or unreadable file
-            raise ImageReadError(f'cannot read image {os.path.abspath(path)} ({e}); replace or remove it') from None
+        img = read_image(path, self.input_img_mode or None)
         if self.transform is not None:
             img = self.transform(img)
         if self.target_transform is not None:
@@ -189,6 +231,7 @@ def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs)
         ds = CheckedImageDataset(folder, **kwargs)
     except RuntimeError:  # timm's reader found no image
         raise DataError(f'{what}: no images found under {where} (image files end in {extensions})') from None
+    _read_each_file_once(ds, what)
     if check_classes:
         # timm names classes after the folders that hold images, so an empty class folder silently drops its class
         used = {os.path.relpath(path, folder).split(os.sep)[0] for path, _ in ds.reader.samples}
@@ -198,6 +241,25 @@ def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs)
             raise DataError(f'{what}: class folder(s) {", ".join(empty)} under {where} hold no images (image files '
                             f'end in {extensions}); add images or remove the folder(s)')
     return ds
+
+
+def _read_each_file_once(ds: CheckedImageDataset, what: str) -> None:
+    """ Drop the samples that are a file already listed with the same label, reached again through a directory link
+    (a link loop, such as `ln -s .. DATA/train/cat/loop`, lists every image over and over); say what was dropped. """
+    shortest = {}  # (file, label) -> the shortest path to it, the one through the fewest links
+    for path, target in ds.reader.samples:
+        key = (os.path.realpath(path), target)
+        if key not in shortest or len(path) < len(shortest[key]):
+            shortest[key] = path
+    chosen = set(shortest.values())
+    kept = [(p, t) for p, t in ds.reader.samples if p in chosen]
+    dropped = [(p, t) for p, t in ds.reader.samples if p not in chosen]
+    if dropped:
+        _logger.warning(f'{what}: {len(dropped)} image path(s) reached through directory links are files already '
+                        f'listed (e.g. {dropped[0][0]}); each file is read once: {len(kept)} images')
+        ds.reader.samples = kept
+        if hasattr(ds.reader, 'targets'):
+            ds.reader.targets = [t for _, t in kept]
 
 
 class ClassBalancedSubset(Dataset):
@@ -251,7 +313,8 @@ def dataset_targets(dataset: Dataset) -> Sequence[int]:
     reader = getattr(dataset, 'reader', None)
     if reader is not None and hasattr(reader, 'samples'):  # timm folder reader
         return [int(t) for _, t in reader.samples]
-    for attr in ('targets', 'labels'):  # torchvision (SVHN calls them labels)
+    # torchvision: targets; SVHN, STL-10: labels; Food-101, Flowers-102, Oxford-IIIT Pet: _labels
+    for attr in ('targets', 'labels', '_labels'):
         values = getattr(dataset, attr, None)
         if values is not None:
             return [int(t) for t in (values.tolist() if hasattr(values, 'tolist') else values)]
@@ -270,10 +333,10 @@ def dataset_classes(dataset: Dataset) -> Optional[List[str]]:
 
 def _missing_copy_error(name: str, root: str, download: bool, cause: BaseException) -> DataError:
     import torchvision.datasets as tvd
-    cls = {'cifar10': tvd.CIFAR10, 'cifar100': tvd.CIFAR100, 'svhn': tvd.SVHN}.get(name)
+    cls = {'cifar10': tvd.CIFAR10, 'cifar100': tvd.CIFAR100}.get(name)
     expected = getattr(cls, 'base_folder', None) if cls is not None else None
-    if name == 'svhn':
-        expected = 'train_32x32.mat / test_32x32.mat'
+    if name in TORCHVISION_SOURCES:
+        expected = TORCHVISION_SOURCES[name].layout
     where = os.path.abspath(root)
     what = f'{where}/{expected}' if expected else where
     hint = f' Or train on an ImageFolder copy: {SHARED_CIFAR10_HINT}.' if name == 'cifar10' else ''
@@ -308,15 +371,16 @@ def build_dataset(
         return create_dataset(name, root=root, split=split, download=download)
     short = name.split('/')[-1].lower()
     try:
-        if kind == 'svhn':
-            import torchvision.datasets as tvd
-            svhn_split = {'train': 'train', 'test': 'test'}.get(_split_kind(split), split)
-            if svhn_split not in ('train', 'test', 'extra'):
-                raise DataError(f'{flag} {split!r} is not an SVHN split; valid: train, test, extra (val means test)')
+        if kind == 'torchvision':
             try:
-                return tvd.SVHN(root, split=svhn_split, download=download)
+                own_split = torchvision_split(short, split)
+            except ValueError as e:
+                raise DataError(f'{flag} {e}') from None
+            try:
+                return build_torchvision_dataset(short, root, own_split, download=download)
             except ImportError as e:
-                raise DataError('SVHN is stored as .mat files and needs scipy: pip install scipy') from e
+                raise DataError(f'{TORCHVISION_SOURCES[short].title} is stored in .mat files and needs scipy: '
+                                f'pip install scipy') from e
         return create_dataset(name, root=root, split=split, download=download)
     except DataError:
         raise

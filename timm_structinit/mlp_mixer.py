@@ -11,6 +11,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.mlp_mixer import MlpMixer, checkpoint_filter_fn
 
 from .inits import reset_parameters_
+from .model_build import check_patch_fits, check_sizes
 from .struct_init_args import StructInitArgs
 from .vision_transformer import _cfg32, _merge_args
 
@@ -27,6 +28,11 @@ class StructMlpMixer(StructInitArgs, MlpMixer):
     def __init__(self, *args, weight_init: str = '', struct_init: Optional[str] = None,
                  struct_init_kwargs: Optional[Dict[str, Any]] = None, struct_init_seed: Optional[int] = None,
                  **kwargs) -> None:
+        name = 'StructMlpMixer'
+        check_sizes(name, embed_dim=kwargs.get('embed_dim', 512), num_blocks=kwargs.get('num_blocks', 8),
+                    in_chans=kwargs.get('in_chans', 3), img_size=kwargs.get('img_size', 224),
+                    patch_size=kwargs.get('patch_size', 16))
+        check_patch_fits(name, kwargs.get('img_size', 224), kwargs.get('patch_size', 16))
         self._set_struct_init('mixer', struct_init, struct_init_kwargs, struct_init_seed, 'mixer_s4_32_impulse3',
                               weight_init, weight_init_modes=('', 'reset', 'skip'))
         # as in timm's ViT: 'skip' builds without init and leaves later init_weights() calls at 'reset'

@@ -11,7 +11,8 @@ weights are then loaded).
 import warnings
 from typing import Any, Dict, Optional, Sequence
 
-from .inits import apply_init_cfg, list_inits, make_init_cfg
+from .inits import apply_init_cfg, check_init_cfg, list_inits, make_init_cfg
+from .seeds import check_seed
 
 __all__ = ['StructInitArgs']
 
@@ -31,6 +32,8 @@ class StructInitArgs:
                           f"are then loaded); for PyTorch's default init of the other weights with the structured "
                           f"init, as the authors' `weight_init=skip post_weight_init=...`, use weight_init='reset'",
                           stacklevel=4)
+        if struct_init_seed is not None:
+            check_seed(struct_init_seed, 'struct_init_seed')
         self.struct_init = struct_init
         self.struct_init_kwargs = dict(struct_init_kwargs or {})
         self.struct_init_seed = struct_init_seed
@@ -46,5 +49,11 @@ class StructInitArgs:
             struct_init, family, **self.struct_init_kwargs)
 
     def _apply_struct_init(self) -> None:
-        if self.struct_init is not None:
-            apply_init_cfg(self, self.struct_init, self.struct_init_cfg, seed=self.struct_init_seed)
+        if self.struct_init is None:
+            return
+        if any(p.is_meta for p in self.parameters()):
+            # built on the meta device to check its arguments (the training entry point does, before any work):
+            # check that the init applies, write nothing
+            check_init_cfg(self, self.struct_init, self.struct_init_cfg)
+            return
+        apply_init_cfg(self, self.struct_init, self.struct_init_cfg, seed=self.struct_init_seed)

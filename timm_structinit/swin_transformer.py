@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.swin_transformer import SwinTransformer, checkpoint_filter_fn
 
+from .model_build import check_patch_fits, check_sizes
 from .struct_init_args import StructInitArgs
 from .vision_transformer import _cfg32, _merge_args
 
@@ -24,6 +25,12 @@ class StructSwinTransformer(StructInitArgs, SwinTransformer):
 
     def __init__(self, *args, struct_init: Optional[str] = None, struct_init_kwargs: Optional[Dict[str, Any]] = None,
                  struct_init_seed: Optional[int] = None, **kwargs) -> None:
+        name = 'StructSwinTransformer'
+        check_sizes(name, embed_dim=kwargs.get('embed_dim', 96), depths=kwargs.get('depths', (2, 2, 6, 2)),
+                    num_heads=kwargs.get('num_heads', (3, 6, 12, 24)), window_size=kwargs.get('window_size', 7),
+                    in_chans=kwargs.get('in_chans', 3), img_size=kwargs.get('img_size', 224),
+                    patch_size=kwargs.get('patch_size', 4))
+        check_patch_fits(name, kwargs.get('img_size', 224), kwargs.get('patch_size', 4))
         self._set_struct_init('swin', struct_init, struct_init_kwargs, struct_init_seed,
                               'swin_tiny_patch2_window4_32_impulse3', kwargs.get('weight_init', ''))
         super().__init__(*args, **kwargs)

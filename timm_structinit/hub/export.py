@@ -25,6 +25,8 @@ from .. import __version__
 from ..atomic import atomic_dir
 from ..checkpoints import state_dict_mismatch
 from ..inits import rest_init_of
+from ..model_build import check_model_args
+from ..seeds import check_seed
 from .card import model_card
 from .plain_timm import CONFIG_KEY, plain_timm_config
 
@@ -41,7 +43,7 @@ _RECIPE_KEYS = (
     'drop_path', 'model_ema', 'model_ema_decay', 'amp', 'seed')
 # Hub dataset ids of the torchvision datasets a run can name
 _HUB_DATASETS = {'torch/cifar10': 'uoft-cs/cifar10', 'torch/cifar100': 'uoft-cs/cifar100',
-                 'svhn': 'ufldl-stanford/svhn'}
+                 'torch/svhn': 'ufldl-stanford/svhn', 'svhn': 'ufldl-stanford/svhn', 'torch/food101': 'ethz/food101'}
 
 
 class HubError(RuntimeError):
@@ -110,13 +112,15 @@ def _check_build_args(model_name: Any, seed: Any, model_kwargs: Any, checkpoint:
         raise ValueError(f'unknown model {model_name!r}; ' + (f'close names: {", ".join(close)}' if close else
                          f'models of this package: {", ".join(ours)}') + ' (a registered name, without a Hub prefix '
                          'or a pretrained tag)')
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 63:
-        raise ValueError(f'seed={seed!r} must be an integer in [0, 2**63)')
+    check_seed(seed)
     if use_ema not in (True, False) or (use_ema and checkpoint is None):
         raise ValueError(f'use_ema={use_ema!r} must be True (with a checkpoint holding EMA weights) or False')
     if checkpoint is not None and not Path(checkpoint).expanduser().is_file():
         raise FileNotFoundError(f'checkpoint {os.fspath(checkpoint)} does not exist or is not a file')
-    return _check_model_kwargs(model_name, model_kwargs)
+    kwargs = _check_model_kwargs(model_name, model_kwargs)
+    if checkpoint is None:  # a checkpoint's run supplies more arguments: checked once they are read
+        check_model_args(model_name, kwargs)
+    return kwargs
 
 
 def _check_push_args(repo_id: Any, revision: Any = None, commit_message: Any = None) -> None:

@@ -18,9 +18,10 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+from timm.utils import unwrap_model
 from torch import nn
 
 from .heads import find_attention
@@ -29,9 +30,10 @@ from .mimetic import MimeticCfg, mimetic_init_
 from .mixer import MixerImpulseCfg, mixer_impulse_init_, token_mixing_blocks
 from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window_attentions
 from .threads import one_thread
+from ..seeds import check_seed
 
 __all__ = ['StructInit', 'FamilyInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init',
-           'apply_init_cfg', 'model_geometry', 'model_family', 'reset_parameters_', 'rest_init_of']
+           'apply_init_cfg', 'check_init_cfg', 'model_geometry', 'model_family', 'reset_parameters_', 'rest_init_of']
 
 FAMILIES = {'vit': 'ViT-style', 'swin': 'Swin Transformer', 'mixer': 'MLP-Mixer'}
 
@@ -180,8 +182,29 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, weight_i
     if weight_init not in (None, 'reset'):
         raise ValueError(f"weight_init={weight_init!r} is not valid; choose None (keep the other weights as they "
                          f"are) or 'reset' (PyTorch's default init for every layer the init does not write)")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f'apply_init takes a torch.nn.Module, got {type(model).__name__}')
+    # DataParallel / DistributedDataParallel (.module) and torch.compile (._orig_mod) wrap the model they train
+    model = unwrap_model(model)
     return apply_init_cfg(model, name, make_init_cfg(name, model_family(model), **kwargs), seed=seed,
                           reset_rest=weight_init == 'reset')
+
+
+def check_init_cfg(model: nn.Module, name: str, cfg: Any) -> Tuple[StructInit, str, List[nn.Module]]:
+    """ The checks `apply_init_cfg` makes before it writes anything (the cfg's type, the model's family, attention
+    and geometry), alone: a model built on the meta device checks its arguments this way, before any work. Returns
+    (init, family, the ViT attention modules or []). """
+    init, family = get_init(name), model_family(model)
+    cfg_cls = _family_version(name, family)[0]
+    if not isinstance(cfg, cfg_cls):
+        raise TypeError(f'cfg of struct_init {name!r} must be a {cfg_cls.__name__} from make_init_cfg, '
+                        f'got {type(cfg).__name__}')
+    attns = []
+    if family == 'vit':
+        attns = find_attention(model)
+        if init.check_model is not None:
+            init.check_model(cfg, model_geometry(model, attns))
+    return init, family, attns
 
 
 def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None,
@@ -189,17 +212,10 @@ def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = 
     """ `apply_init` with hyperparameters already validated by `make_init_cfg` (a model checks them once, when it
     is built, and applies them at every `init_weights`). The model's shape is checked here, read by
     `model_geometry`. `reset_rest` puts every layer at PyTorch's default init before the init writes its own. """
-    init, family = get_init(name), model_family(model)
-    cfg_cls = _family_version(name, family)[0]
-    if not isinstance(cfg, cfg_cls):
-        raise TypeError(f'cfg of struct_init {name!r} must be a {cfg_cls.__name__} from make_init_cfg, '
-                        f'got {type(cfg).__name__}')
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
-        raise ValueError(f'seed={seed!r} must be a non-negative integer or None')
+    if seed is not None:
+        check_seed(seed)
+    init, family, attns = check_init_cfg(model, name, cfg)
     if family == 'vit':
-        attns = find_attention(model)
-        if init.check_model is not None:
-            init.check_model(cfg, model_geometry(model, attns))
         backup = _writable_state(model, attns, everything=reset_rest)
         apply = partial(init.apply, model, attns)
     else:  # the family's own function checks the model before it writes anything
@@ -256,14 +272,21 @@ def _restore(model: nn.Module, backup: Dict[str, Any]) -> None:
 
 def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
     """ What a position-aware init needs to know of a model: patch grid, width, heads, prefix tokens, position
-    embeddings (an absolute table; a rotary embedding, which turns q and k by position in the forward pass). """
+    embeddings (an absolute table; a rotary embedding, which turns q and k by position in the forward pass), and
+    the image and patch sizes that set the grid. """
     patch_embed = getattr(model, 'patch_embed', None)
     grid = tuple(patch_embed.grid_size) if getattr(patch_embed, 'grid_size', None) is not None else None
     return dict(
-        grid_size=grid, embed_dim=attns[0].qkv.in_features, num_heads=attns[0].num_heads,
+        grid_size=grid, embed_dim=attns[0].qkv.in_features, num_heads=attns[0].num_heads, num_layers=len(attns),
+        img_size=_size_of(patch_embed, 'img_size'), patch_size=_size_of(patch_embed, 'patch_size'),
         num_prefix_tokens=int(getattr(model, 'num_prefix_tokens', 0)),
         has_pos_embed=isinstance(getattr(model, 'pos_embed', None), torch.Tensor),
         rotary=next((type(m).__name__ for m in model.modules() if 'rotary' in type(m).__name__.lower()), None))
+
+
+def _size_of(patch_embed: Optional[nn.Module], name: str) -> Optional[tuple]:
+    value = getattr(patch_embed, name, None)
+    return tuple(value) if isinstance(value, (tuple, list)) else None
 
 
 def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator):

@@ -14,6 +14,7 @@ this package's models as `python -m timm_structinit.run path/to/train.py ...`.
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -24,17 +25,19 @@ import torch.nn as nn
 from timm.models import load_checkpoint, resume_checkpoint
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import (
-    CheckpointSaver, ModelEmaV3, init_distributed_device, random_seed, trim_summary, unwrap_model, update_summary,
+    CheckpointSaver, ModelEmaV3, init_distributed_device, trim_summary, unwrap_model, update_summary,
 )
 
 from ..cli import error_line
 from ..data import DataError, ImageReadError
 from ..mass_tracking import TargetMassTracker, mass_columns
+from ..seeds import seed_everything
 from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config, read_checkpoint
 from .checks import check_args, resume_path
 from .config import PROG, ConfigError, build_parser, parse_args, save_args
+from .failures import RunStopped, post_failure, posted_failure, rank, stop_on_signals, world_size
 from .loop import mean_lr, seed_epoch, train_one_epoch, validate
-from .output import first_missing, output_dir, plot_summary, prepare_output_dir, remove_unfinished_run
+from .output import claim_output_dir, output_dir, plot_summary, release_output_dir, remove_unfinished_run
 
 __all__ = ['main', 'train', 'parse_args', 'check_args', 'build_parser', 'ConfigError', 'train_one_epoch', 'validate',
            'seed_epoch', 'plot_summary']
@@ -97,14 +100,30 @@ def _train(args: argparse.Namespace, device: torch.device) -> Dict[str, Any]:
     if args.distributed:
         _logger.info(f'Distributed training: {args.world_size} processes, backend '
                      f'{torch.distributed.get_backend()}, device {device}')
-    out, continuing = _refuse_early(args, primary)
+    out, continuing, created = _refuse_early(args, primary)
+    try:
+        return _run_in(out, continuing, created, args, device)
+    except BaseException:
+        # a new run that stopped before its first epoch finished leaves nothing behind (its folder included)
+        if primary and out is not None and not continuing and not os.path.exists(os.path.join(out, 'last.pth.tar')):
+            remove_unfinished_run(out, created)
+        raise
+    finally:
+        if primary and out is not None:
+            release_output_dir(out)
+
+
+def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: argparse.Namespace,
+            device: torch.device) -> Dict[str, Any]:
+    """ The run in its claimed output folder (on the primary; None elsewhere). """
+    primary = args.rank == 0
     # data first: a missing dataset fails in a second, before a model is built
     if args.distributed and args.dataset_download and not primary:
         torch.distributed.barrier()  # let the primary download alone
     dataset_train, dataset_eval = build_datasets(args)
     if args.distributed and args.dataset_download and primary:
         torch.distributed.barrier()
-    random_seed(args.seed, args.rank)
+    seed_everything(args.seed, args.rank)
     model = build_model(args)
     config = data_config(args, model, (dataset_train, dataset_eval))
     _logger.info(f'Model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.3f}M parameters, '
@@ -113,30 +132,41 @@ def _train(args: argparse.Namespace, device: torch.device) -> Dict[str, Any]:
     model.to(device)
     optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
     start_epoch, model_ema = _restore(args, model, optimizer, loss_scaler, primary)
+    if args.torchcompile:  # as timm's train.py: compiled before DDP wraps it, so DDP stays out of the graph
+        _logger.info(f'Compiling the model with torch.compile (backend {args.torchcompile}, mode '
+                     f'{args.torchcompile_mode or "default"})')
+        model = torch.compile(model, backend=args.torchcompile, mode=args.torchcompile_mode)
     if args.distributed:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
     loader_train, loader_eval, eval_options, mixup, loss_fn = build_loaders(
         args, config, dataset_train, dataset_eval, device)
+    updates_per_epoch = updates_in(len(loader_train), args.grad_accum_steps)
     lr_scheduler, num_epochs = create_scheduler_v2(
         optimizer, **scheduler_kwargs(args, decreasing_metric=args.eval_metric == 'loss'),
-        updates_per_epoch=len(loader_train))
+        updates_per_epoch=updates_per_epoch)
     if lr_scheduler is not None and start_epoch > 0:
         if args.sched_on_updates:
-            lr_scheduler.step_update(start_epoch * len(loader_train))
+            lr_scheduler.step_update(start_epoch * updates_per_epoch)
         else:
             lr_scheduler.step(start_epoch)
     run = _Run(args, device, model, model_ema, optimizer, amp_autocast, loss_scaler, (loader_train, loader_eval),
-               mixup, loss_fn, lr_scheduler, start_epoch, num_epochs, out, continuing)
+               mixup, loss_fn, lr_scheduler, start_epoch, num_epochs, out, continuing, created)
     if primary:
         _open_output(run, dataset_eval, eval_options)
     history, eval_metrics = _run_epochs(run)
     return _finish(run, history, eval_metrics)
 
 
-def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str], bool]:
-    """ The output folder and whether it continues a run, refusing a used folder or a checkpoint of another model
-    before any data is loaded; every process raises, so none waits on the others forever. """
-    error, out, continuing = None, None, False
+def updates_in(num_batches: int, grad_accum_steps: int) -> int:
+    """ Optimizer updates in an epoch of `num_batches` batches (the last, shorter group of batches is one too). """
+    return -(-num_batches // max(1, grad_accum_steps))
+
+
+def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str], bool, Optional[str]]:
+    """ The output folder, claimed for this run (`claim_output_dir`), whether it continues a run, and the outermost
+    folder the claim made; a used folder or a checkpoint of another model is refused before any data is loaded, by
+    every process, so none waits on the others forever. """
+    error, out, continuing, created = None, None, False, None
     if primary:
         try:
             out, continuing = output_dir(args)
@@ -145,6 +175,7 @@ def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str
             if arch is not None and arch != args.model:
                 raise ConfigError(f'--resume {args.resume!r} holds a {arch!r} checkpoint, but --model is '
                                   f'{args.model!r}')
+            created = claim_output_dir(out, continuing, args.overwrite)
         except ConfigError as e:
             error = str(e)
     if args.distributed:
@@ -152,8 +183,10 @@ def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str
         torch.distributed.broadcast_object_list(box, src=0)
         error = box[0]
     if error:
+        if created is not None or (out is not None and os.path.isdir(out)):
+            release_output_dir(out)
         raise ConfigError(error)
-    return out, continuing
+    return out, continuing, created
 
 
 def _restore(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler, primary: bool):
@@ -175,8 +208,6 @@ def _restore(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler,
 def _open_output(run: _Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
     """ Make the output folder, the checkpoint saver, the summary (cut back to the resumed epoch) and args.yaml. """
     args, out = run.args, run.output_dir
-    run.created = first_missing(out)
-    prepare_output_dir(out, run.continuing, args.overwrite)
     run.saver = CheckpointSaver(
         model=run.model, optimizer=run.optimizer, args=args, model_ema=run.model_ema, amp_scaler=run.loss_scaler,
         checkpoint_dir=out, recovery_dir=out, decreasing=args.eval_metric == 'loss', max_history=args.checkpoint_hist)
@@ -185,6 +216,10 @@ def _open_output(run: _Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
     trim_summary(os.path.join(out, 'summary.csv'), run.start_epoch)
     if not run.continuing or not os.path.exists(os.path.join(out, 'args.yaml')):
         save_args(args, os.path.join(out, 'args.yaml'))
+    if args.log_wandb:  # as timm's train.py; the run folder goes to ./wandb (or $WANDB_DIR)
+        import wandb
+        wandb.init(project=args.wandb_project, config=vars(args), tags=args.wandb_tags or None,
+                   name=os.path.basename(os.path.abspath(out)))
     todo = f'epochs {run.start_epoch + 1}..{run.num_epochs}' if run.start_epoch < run.num_epochs else 'no epoch left'
     _logger.info(f'Output: {os.path.abspath(out)}; {todo} of {run.num_epochs}')
     if TargetMassTracker.applies_to(unwrap_model(run.model)):
@@ -202,7 +237,7 @@ def _run_epochs(run: _Run) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     train_sampler = getattr(getattr(loader_train, 'loader', loader_train), 'sampler', None)
     history: List[Dict[str, Any]] = []
     eval_metrics: Dict[str, Any] = {}
-    num_updates = run.start_epoch * len(loader_train)
+    num_updates = run.start_epoch * updates_in(len(loader_train), args.grad_accum_steps)
     epoch = run.start_epoch - 1
     try:
         for epoch in range(run.start_epoch, run.num_epochs):
@@ -235,7 +270,7 @@ def _run_epochs(run: _Run) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
             if run.primary:
                 _save_epoch(run, epoch, train_metrics, eval_metrics, metric, lr, time.perf_counter() - epoch_start)
     except BaseException as e:
-        _stopped(run, epoch, isinstance(e, KeyboardInterrupt))
+        _stopped(run, epoch, e if isinstance(e, KeyboardInterrupt) else None)
         raise
     return history, eval_metrics
 
@@ -259,7 +294,7 @@ def _save_epoch(run: _Run, epoch: int, train_metrics: Dict[str, float], eval_met
     mass = run.tracker.measure(unwrap_model(run.model), epoch + 1) if run.tracker is not None else None
     summary_csv = os.path.join(out, 'summary.csv')
     update_summary(epoch, train_metrics, {**{k: v for k, v in eval_metrics.items() if k != 'count'},
-                                          **mass_columns(mass)}, summary_csv, lr=lr)
+                                          **mass_columns(mass)}, summary_csv, lr=lr, log_wandb=run.args.log_wandb)
     run.saver.save_checkpoint(epoch, metric=metric)
     ema_text = f'  ema top-1 {eval_metrics["ema_top1"]:.2f}%' if 'ema_top1' in eval_metrics else ''
     print(f'epoch {epoch + 1:>3d}/{run.num_epochs}  train loss {train_metrics["loss"]:.4f}  '
@@ -272,28 +307,30 @@ def _save_epoch(run: _Run, epoch: int, train_metrics: Dict[str, float], eval_met
             run.tracker.plot(os.path.join(out, 'target_mass.png'), run.args.model)
 
 
-def _stopped(run: _Run, epoch: int, interrupted: bool) -> None:
-    """ A run stopped in `epoch`: a new one with no finished epoch removes what it wrote; an interrupt says what
-    there is to resume. """
-    if not run.primary:
+def _stopped(run: _Run, epoch: int, interrupted: Optional[BaseException]) -> None:
+    """ A run stopped in `epoch`: an interrupt (Ctrl-C, SIGTERM, SIGHUP) says what there is to resume, unless another
+    process's failure stopped it (that one's line is printed instead); `_train` removes what a new run left. """
+    if not run.primary or interrupted is None or (run.args.distributed and posted_failure(wait=1.0) is not None):
         return
+    interrupted.reported = True
     last = os.path.join(run.output_dir, 'last.pth.tar')
-    if not run.continuing and not os.path.exists(last):
-        remove_unfinished_run(run.output_dir, run.created)
-    if interrupted:
-        where = f'interrupted in epoch {epoch + 1}/{run.num_epochs}'
-        if os.path.exists(last):
-            print(f'{where}; the last finished epoch is in {last} (continue with --resume {last})', file=sys.stderr)
-        elif run.args.resume:
-            print(f'{where}, before it finished: nothing was kept; continue again with --resume {run.args.resume}',
-                  file=sys.stderr)
-        else:
-            print(f'{where}, before any epoch finished: nothing to resume, and nothing was kept', file=sys.stderr)
+    signal_name = f' ({interrupted.args[0]})' if isinstance(interrupted, RunStopped) else ''
+    where = f'interrupted{signal_name} in epoch {epoch + 1}/{run.num_epochs}'
+    if os.path.exists(last):
+        print(f'{where}; the last finished epoch is in {last} (continue with --resume {last})', file=sys.stderr)
+    elif run.args.resume:
+        print(f'{where}, before it finished: nothing was kept; continue again with --resume {run.args.resume}',
+              file=sys.stderr)
+    else:
+        print(f'{where}, before any epoch finished: nothing to resume, and nothing was kept', file=sys.stderr)
 
 
 def _finish(run: _Run, history: List[Dict[str, Any]], eval_metrics: Dict[str, Any]) -> Dict[str, Any]:
     """ The run's outcome; the primary prints the best and the final accuracy. """
     args, saver = run.args, run.saver
+    if args.log_wandb and run.primary:
+        import wandb
+        wandb.finish()
     if not history:  # the checkpoint had already reached the final epoch: report its accuracy
         eval_metrics = validate(run.model_ema if run.model_ema is not None else run.model, run.loaders[1], args,
                                 run.device, run.amp_autocast, args.num_classes)
@@ -313,18 +350,51 @@ def _finish(run: _Run, history: List[Dict[str, Any]], eval_metrics: Dict[str, An
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """ Console entry point; returns the exit status (2 for invalid arguments or data, with a one-line error). """
+    """ Console entry point; returns the exit status: 2 for invalid arguments or data, 1 for a failure during
+    training, each with a one-line error; 128 + the signal's number when stopped by SIGINT, SIGTERM or SIGHUP. In a
+    distributed run, only the process of rank 0 prints, the first failure of any process. """
     argv = list(sys.argv[1:] if argv is None else argv)
+    restore_signals = stop_on_signals()
     try:
         args = parse_args(argv)
         check_args(args)
         train(args)
     except (ConfigError, DataError) as e:
-        print(f'{PROG}: error: {error_line(e)}', file=sys.stderr)
-        return 2
+        return _failed(2, e)
     except (FloatingPointError, ImageReadError) as e:
-        print(f'{PROG}: error: {error_line(e)}', file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+        return _failed(1, e)
+    except KeyboardInterrupt as e:
+        status = 128 + getattr(e, 'signum', signal.SIGINT)
+        peer_status = _peer_failed(None)
+        if peer_status is not None:
+            return peer_status
+        if rank() == 0 and not getattr(e, 'reported', False):  # stopped before the epochs: nothing was written
+            name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
+            print(f'interrupted{name} before training started: nothing was kept', file=sys.stderr)
+        return status
+    except RuntimeError:  # in a distributed run, a collective operation whose peer is gone
+        status = _peer_failed(None) if world_size() > 1 else None
+        if status is None:
+            raise
+        return status
+    finally:
+        restore_signals()
     return 0
+
+
+def _failed(status: int, error: BaseException) -> int:
+    line = f'{PROG}: error: {error_line(error)}'
+    post_failure(status, line)
+    if rank() == 0:
+        print(line, file=sys.stderr)
+    return status
+
+
+def _peer_failed(status: Optional[int]) -> Optional[int]:
+    """ The exit status when another process's failure stopped this one (rank 0 prints its line), else `status`. """
+    peer = posted_failure() if world_size() > 1 else None
+    if peer is None:
+        return status
+    if rank() == 0:
+        print(peer[2], file=sys.stderr)
+    return peer[1]

@@ -5,13 +5,18 @@ import difflib
 import math
 import os
 import re
-from typing import Optional
+import sys
+from typing import Any, Dict, Optional
+
+import torch
 
 import timm
 from timm.optim import list_optimizers
 
 from ..data import DataError, check_dataset_name
-from .config import GRAYSCALE_TORCH_DATASETS, SCHEDULERS, ConfigError, build_parser
+from ..model_build import check_model_args, check_weights_source
+from ..seeds import check_seed
+from .config import GRAYSCALE_TORCH_DATASETS, PROG, SCHEDULERS, ConfigError, build_parser
 
 
 def _check(ok: bool, message: str) -> None:
@@ -46,17 +51,71 @@ def check_args(args: argparse.Namespace) -> None:
     if args.aa:
         _check_aa(args.aa)
     _check_files(args)
+    _check_device(args.device)
+    _check_optimizer(args)
+    # last, as they cost the most: a dry build of the model (meta device: nothing allocated or computed) and
+    # the source of its weights
+    try:
+        check_model_args(args.model, model_factory_kwargs(args))
+        check_weights_source(args.model, args.pretrained)
+    except ValueError as e:
+        raise ConfigError(f'--model {args.model} (--model-kwargs): {e}' if not str(e).startswith('--') else str(e)) \
+            from None
+    if args.warmup_epochs >= args.epochs and args.sched != 'none' and os.environ.get('RANK', '0') in ('', '0'):
+        print(f'{PROG}: warning: --warmup-epochs {args.warmup_epochs} is not shorter than --epochs {args.epochs}: the '
+              f'whole run stays in warm-up and never reaches --lr', file=sys.stderr)
+
+
+def model_factory_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
+    """ The arguments `create_model` gets: the options that set model arguments, under model_kwargs. """
+    options = dict(in_chans=in_chans(args), num_classes=args.num_classes, drop_rate=args.drop,
+                   drop_path_rate=args.drop_path, drop_block_rate=args.drop_block, global_pool=args.gp)
+    return {**{k: v for k, v in options.items() if v is not None}, **args.model_kwargs}
+
+
+def _check_device(device: str) -> None:
+    """ The device exists here: a valid torch device name whose backend is available on this machine. """
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"--device {device!r} is not a torch device; valid: cpu, cuda, cuda:N, mps, ...") from None
+    backend = getattr(torch, kind, None) if kind != 'cpu' else None
+    available = kind == 'cpu' or bool(getattr(backend, 'is_available', lambda: False)())
+    if kind == 'mps':
+        available = torch.backends.mps.is_available()
+    if not available:
+        raise ConfigError(f'--device {device!r}: no {kind} device on this machine; use --device cpu')
+    index = torch.device(device).index
+    if index is not None and kind == 'cuda' and index >= torch.cuda.device_count():
+        raise ConfigError(f'--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)')
+
+
+def _check_optimizer(args: argparse.Namespace) -> None:
+    """ The optimizer options, checked by building the optimizer over one stand-in parameter. """
+    from timm.optim import create_optimizer_v2, optimizer_kwargs
+    options = optimizer_kwargs(cfg=args)
+    options.update(lr=args.lr or 1.0, layer_decay=None)  # a learning rate from --lr-base comes later
+    try:
+        create_optimizer_v2(torch.nn.Linear(1, 1), **options, **args.opt_kwargs)
+    except (TypeError, ValueError, AssertionError, KeyError) as e:
+        detail = ' '.join(str(e).split()) or type(e).__name__
+        raise ConfigError(f'optimizer --opt {args.opt} with these options (--opt-eps, --opt-betas, --momentum, '
+                          f'--weight-decay, --opt-kwargs {args.opt_kwargs}) is not valid: {detail}') from None
 
 
 # (options, condition, what is valid) for the values that have a range; None (unset) passes
 _RANGES = (
-    (('epochs', 'batch_size', 'log_interval', 'val_interval', 'checkpoint_hist', 'lr_base_size', 'recount', 'validation_batch_size',
+    (('epochs', 'batch_size', 'log_interval', 'val_interval', 'grad_accum_steps', 'checkpoint_hist', 'lr_cycle_limit',
+      'lr_base_size', 'recount', 'validation_batch_size',
       'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans'), lambda v: v >= 1, 'must be >= 1'),
-    (('workers', 'warmup_epochs', 'cooldown_epochs', 'mixup_off_epoch', 'seed', 'subset_seed', 'weight_decay',
+    (('workers', 'warmup_epochs', 'cooldown_epochs', 'mixup_off_epoch', 'weight_decay', 'patience_epochs',
+      'local_rank', 'color_jitter', 'lr_noise_pct', 'lr_noise_std', 'aug_repeats',
       'mixup', 'cutmix', 'drop', 'warmup_lr', 'min_lr', 'momentum'), lambda v: v >= 0, 'must be >= 0'),
     (('hflip', 'vflip', 'reprob', 'mixup_prob', 'mixup_switch_prob'), lambda v: 0 <= v <= 1, 'must be in [0, 1]'),
-    (('smoothing', 'drop_path'), lambda v: 0 <= v < 1, 'must be in [0, 1)'),
-    (('lr',), lambda v: v > 0, 'must be > 0'),
+    (('smoothing', 'drop_path', 'drop', 'drop_block', 'momentum'), lambda v: 0 <= v < 1, 'must be in [0, 1)'),
+    (('lr', 'lr_base', 'lr_cycle_mul', 'lr_k_decay', 'decay_epochs', 'decay_rate', 'layer_decay'),
+     lambda v: v > 0, 'must be > 0'),
+    (('crop_pct', 'lr_cycle_decay'), lambda v: 0 < v <= 1, 'must be in (0, 1]'),
     (('clip_grad',), lambda v: v > 0, 'must be > 0 (or unset)'),
     (('model_ema_decay',), lambda v: 0 < v < 1, 'must be in (0, 1)'),
 )
@@ -68,6 +127,11 @@ def _check_numbers(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         bad = [v for v in (value if isinstance(value, (list, tuple)) else [value])
                if v is not None and not math.isfinite(v)]
         _check(not bad, f'{max(action.option_strings, key=len)} {value} must be a finite number')
+    for name in ('seed', 'subset_seed'):
+        try:
+            check_seed(getattr(args, name), f'--{name.replace("_", "-")}')
+        except ValueError as e:
+            raise ConfigError(str(e).replace('=', ' ', 1)) from None
     for names, ok, valid in _RANGES:
         for name in names:
             value = getattr(args, name)
@@ -79,6 +143,13 @@ def _check_numbers(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     _check(args.input_size is None or all(v >= 1 for v in args.input_size),
            f'--input-size {args.input_size} must be three positive integers C H W')
     _check(args.std is None or all(v > 0 for v in args.std), f'--std {args.std} must be positive')
+    for name in ('decay_milestones', 'lr_noise'):
+        values = getattr(args, name)
+        _check(values is None or all(v >= 0 for v in values),
+               f'--{name.replace("_", "-")} {values} must be epochs (numbers >= 0)')
+    _check(args.cutmix_minmax is None or (len(args.cutmix_minmax) == 2 and
+                                          0 < args.cutmix_minmax[0] <= args.cutmix_minmax[1] <= 1),
+           f'--cutmix-minmax {args.cutmix_minmax} must be two numbers 0 < lo <= hi <= 1')
 
 
 # model arguments that have an option of their own: (option, model argument)
@@ -116,8 +187,6 @@ def _check_data(args: argparse.Namespace) -> None:
     if kind == 'torch' and args.dataset.split('/')[-1].lower() in GRAYSCALE_TORCH_DATASETS:
         _check(chans == 1, f'--dataset {args.dataset!r} has 1-channel images but the model would take {chans}; '
                            f'pass --in-chans 1')
-    _check(args.cutmix_minmax is None or len(args.cutmix_minmax) == 2,
-           f'--cutmix-minmax {args.cutmix_minmax} needs 2 values')
     _check(not mixup_active(args) or args.batch_size % 2 == 0,
            f'--batch-size {args.batch_size} must be even with mixup/cutmix, which pairs images within a batch')
 
@@ -132,11 +201,52 @@ def _check_training(args: argparse.Namespace) -> None:
     opt_name = args.opt.lower().split('_')[-1]
     _check(opt_name in optimizers, f'--opt {args.opt!r} is not a timm optimizer; valid: {", ".join(optimizers)}')
     _check(args.opt_betas is None or len(args.opt_betas) in (2, 3), f'--opt-betas {args.opt_betas} needs 2 values')
+    from timm.data.transforms import _str_to_pil_interpolation as interpolations
+    for name, extra in (('interpolation', ('',)), ('train_interpolation', ('', 'random'))):
+        value = getattr(args, name)
+        _check(value in (*interpolations, *extra), f'--{name.replace("_", "-")} {value!r} is not valid; choose '
+                                                   f'one of {", ".join((*extra[1:], *interpolations))}')
+    _check(args.train_crop_mode in (None, 'rrc', 'rkrc', 'rkrr'),
+           f"--train-crop-mode {args.train_crop_mode!r} is not valid; choose one of rrc, rkrc, rkrr")
+    import torch.distributed as dist
+    _check(args.dist_backend is None or args.dist_backend.lower() in dist.Backend.backend_list,
+           f'--dist-backend {args.dist_backend!r} is not valid; choose one of {", ".join(dist.Backend.backend_list)}')
+    _check(not (args.wandb_project or args.wandb_tags) or args.log_wandb,
+           '--wandb-project / --wandb-tags name a Weights & Biases run: add --log-wandb, or leave them out')
+    _check(not args.experiment or (os.sep not in args.experiment and args.experiment not in ('.', '..')),
+           f'--experiment {args.experiment!r} must be a folder name (under --output), not a path')
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ConfigError("--plot needs matplotlib: pip install 'timm-structinit[plots]'") from None
+    if args.log_wandb:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ConfigError("--log-wandb needs wandb: pip install 'timm-structinit[wandb]'") from None
+    # as timm's loader: repeated augmentation spreads each image's copies over the processes of a distributed run
+    world_size = int(os.environ.get('WORLD_SIZE', '1') or 1)
+    _check(not args.aug_repeats or world_size > 1,
+           f'--aug-repeats {args.aug_repeats} needs a distributed run (torchrun --nproc_per_node=N ...), as in timm; '
+           f'this one has a single process')
+    _check_compile(args)
+
+
+# torch.compile modes (torch 2.x); None is torch's default
+_COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
+
+
+def _check_compile(args: argparse.Namespace) -> None:
+    if args.torchcompile_mode is not None:
+        _check(args.torchcompile_mode in _COMPILE_MODES,
+               f'--torchcompile-mode {args.torchcompile_mode!r} is not valid; choose one of {", ".join(_COMPILE_MODES)}')
+        _check(args.torchcompile is not None, '--torchcompile-mode needs --torchcompile')
+    if args.torchcompile is not None:
+        import torch
+        _check(args.torchcompile in torch.compiler.list_backends(exclude_tags=()),
+               f'--torchcompile {args.torchcompile!r} is not a torch.compile backend; valid: '
+               f'{", ".join(torch.compiler.list_backends())} (and torch\'s debugging backends)')
 
 
 # the sections timm's auto-augment parsers read (timm/data/auto_augment.py), with the type of their value; timm

@@ -1,8 +1,9 @@
-""" The run's output folder: chosen without overwriting another run's files, cleaned when a run leaves nothing to
-resume, and its summary drawn to a figure. """
+""" The run's output folder: chosen without overwriting another run's files, claimed by one run at a time, cleaned
+when a run leaves nothing to resume, and its summary drawn to a figure. """
 import argparse
 import csv
 import os
+import socket
 from datetime import datetime
 from typing import List, Optional, Tuple
 
@@ -13,6 +14,12 @@ from .config import ConfigError
 # files this entry point writes into an output directory; --overwrite removes exactly these
 _OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',
                  'model_best.pth.tar', 'tmp.pth.tar')
+# the file that says which process runs in a folder (created exclusively: one run at a time)
+LOCK_NAME = '.timm-structinit.lock'
+
+
+def _content(path: str) -> List[str]:
+    return [name for name in os.listdir(path) if name != LOCK_NAME] if os.path.isdir(path) else []
 
 
 def output_dir(args: argparse.Namespace) -> Tuple[str, bool]:
@@ -27,14 +34,95 @@ def output_dir(args: argparse.Namespace) -> Tuple[str, bool]:
         path = os.path.join(root, '-'.join([datetime.now().strftime('%Y%m%d-%H%M%S'), args.model.replace('/', '_')]))
     continuing = resume_dir is not None and os.path.abspath(path) == resume_dir
     _check_writable_folder(path, args.output)
-    used = os.path.isdir(path) and any(os.scandir(path))
-    if used and not continuing and not args.overwrite:
+    _refuse_used(path, continuing, args.overwrite)
+    return path, continuing
+
+
+def _refuse_used(path: str, continuing: bool, overwrite: bool) -> None:
+    if _content(path) and not continuing and not overwrite:
         last = os.path.join(path, 'last.pth.tar')
         resume = f'pass --resume {last} to continue that run, ' if os.path.isfile(last) else (
             'it holds no checkpoint, so there is nothing to resume; ')
         raise ConfigError(f'output folder {os.path.abspath(path)} already exists and is not empty; {resume}pass '
                           f'--overwrite to replace its files, or another --experiment')
-    return path, continuing
+
+
+def _process_start(pid: int) -> str:
+    """ When process `pid` started (clock ticks since boot, from /proc), '' where that is not known: with the pid it
+    names one process, even after the pid is reused. """
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ''
+
+
+def _lock_owner_alive(text: str) -> bool:
+    host, pid, start = (text.split() + ['', '', ''])[:3]
+    if host != socket.gethostname() or not pid.isdigit():
+        return bool(host)  # another machine's run (a shared file system): assumed alive
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    return not start or _process_start(int(pid)) in ('', start)
+
+
+def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[str]:
+    """ Make `path` and claim it for this run with an exclusively created lock file, so that of two runs started
+    into one folder exactly one goes on; a lock left by a process that is gone is taken over. The folder is checked
+    again once claimed (another run may have filled it since `output_dir`). Returns the outermost folder made. """
+    created = first_missing(path)
+    os.makedirs(path, exist_ok=True)
+    lock = os.path.join(path, LOCK_NAME)
+    me = f'{socket.gethostname()} {os.getpid()} {_process_start(os.getpid())}'
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                with open(lock) as f:
+                    owner = f.read()
+            except FileNotFoundError:
+                continue  # released meanwhile
+            if _lock_owner_alive(owner):
+                host, pid = (owner.split() + ['?', '?'])[:2]
+                raise ConfigError(f'output folder {os.path.abspath(path)} is in use by another run (process {pid} '
+                                  f'on {host}); wait for it to finish, or choose another --experiment') from None
+            try:  # the owner is gone: its lock goes aside (only one of several takers can move it), then retry
+                os.replace(lock, f'{lock}.stale-{os.getpid()}')
+                os.remove(f'{lock}.stale-{os.getpid()}')
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, 'w') as f:
+            f.write(me)
+        break
+    else:
+        raise ConfigError(f'output folder {os.path.abspath(path)} is being claimed by another run; try again')
+    try:
+        _refuse_used(path, continuing, overwrite)
+    except ConfigError:
+        release_output_dir(path)
+        raise
+    if overwrite and not continuing:
+        for file in _run_files(path):
+            os.remove(file)
+    return created
+
+
+def release_output_dir(path: str) -> None:
+    """ Remove this process's lock from `path` (a lock of another process is left alone). """
+    lock = os.path.join(path, LOCK_NAME)
+    try:
+        with open(lock) as f:
+            mine = f.read().split()[1:2] == [str(os.getpid())]
+        if mine:
+            os.remove(lock)
+    except (FileNotFoundError, IndexError):
+        pass
 
 
 def _check_writable_folder(path: str, output: str) -> None:
@@ -62,15 +150,11 @@ def _run_files(path: str) -> List[str]:
             if name in _OUTPUT_FILES or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))]
 
 
-def prepare_output_dir(path: str, continuing: bool, overwrite: bool) -> None:
-    os.makedirs(path, exist_ok=True)
-    if overwrite and not continuing:
-        for file in _run_files(path):
-            os.remove(file)
-
-
 def remove_unfinished_run(path: str, created: Optional[str]) -> None:
     """ A new run that stopped before its first checkpoint: remove the files it wrote, and the folders it made. """
+    if not os.path.isdir(path):
+        return
+    release_output_dir(path)
     for file in _run_files(path):
         os.remove(file)
     path = os.path.abspath(path)

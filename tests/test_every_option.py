@@ -1,0 +1,253 @@
+""" Every option of both commands, fed an invalid value: one line naming the option (or the value it sets) and what
+is valid, exit status 2 (1 for a failure during the work), no traceback, nothing left behind.
+
+The parsers know every option; the tests walk them, so an option added without a refusal of its bad values fails
+here until it has one.
+"""
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from timm_structinit import cli
+from timm_structinit import train as train_mod
+
+TRAIN_BASE = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--model', 'vit_tiny_patch2_32_mimetic',
+              '--model-kwargs', 'img_size=16', 'patch_size=4', 'embed_dim=16', 'depth=1', 'num_heads=2',
+              '--epochs', '1', '--batch-size', '32', '--workers', '0', '--warmup-epochs', '0', '--opt', 'adamw',
+              '--lr', '1e-3', '--experiment', 'x']
+
+# option -> (extra arguments that make its value invalid, text the error must contain: the option by default)
+TRAIN_INVALID = {
+    '--config': (['-c', 'no-such-recipe'], None),
+    '--data-dir': (['--dataset', '', '--data-dir', '/nonexistent/data'], None),
+    '--dataset': (['--dataset', 'torch/nope'], None),
+    '--train-split': (['--dataset', '', '--data-dir', '{folder}', '--train-split', 'nope'], None),
+    '--val-split': (['--dataset', '', '--data-dir', '{folder}', '--val-split', 'nope'], None),
+    '--dataset-download': (['--dataset-download=1'], None),
+    '--train-subset': (['--train-subset', '0'], None),
+    '--val-subset': (['--val-subset', '100000'], None),
+    '--subset-seed': (['--subset-seed', '-1'], None),
+    '--model': (['--model', 'no_such_model'], None),
+    '--pretrained': (['--pretrained'], None),
+    '--initial-checkpoint': (['--initial-checkpoint', '/nonexistent.pth.tar'], None),
+    '--resume': (['--resume', '/nonexistent.pth.tar'], None),
+    '--no-resume-opt': (['--no-resume-opt=1'], None),
+    '--num-classes': (['--num-classes', '0'], None),
+    '--gp': (['--gp', 'nope'], 'global_pool'),
+    '--img-size': (['--img-size', '0'], None),
+    '--in-chans': (['--in-chans', '0'], None),
+    '--input-size': (['--input-size', '3', '0', '16'], None),
+    '--crop-pct': (['--crop-pct', '1.5'], None),
+    '--mean': (['--mean', '0.5', '0.4'], None),
+    '--std': (['--std', '0'], None),
+    '--interpolation': (['--interpolation', 'nope'], None),
+    '--batch-size': (['--batch-size', '0'], None),
+    '--validation-batch-size': (['--validation-batch-size', '0'], None),
+    '--grad-accum-steps': (['--grad-accum-steps', '0'], None),
+    '--model-kwargs': (['--model-kwargs', 'depht=2'], 'depht'),
+    '--device': (['--device', 'tpu'], None),
+    '--amp': (['--amp=1'], None),
+    '--amp-dtype': (['--amp-dtype', 'float8'], None),
+    '--torchcompile': (['--torchcompile', 'nope'], None),
+    '--torchcompile-mode': (['--torchcompile-mode', 'fastest'], None),
+    '--dist-backend': (['--dist-backend', 'nope'], None),
+    '--local-rank': (['--local-rank', '-1'], '--local'),
+    '--opt': (['--opt', 'nope'], None),
+    '--opt-eps': (['--opt-eps', '-1'], None),
+    '--opt-betas': (['--opt-betas', '2', '0.9'], '--opt'),
+    '--momentum': (['--momentum', '-0.5'], None),
+    '--weight-decay': (['--weight-decay', '-1'], None),
+    '--clip-grad': (['--clip-grad', '0'], None),
+    '--clip-mode': (['--clip-mode', 'nope'], None),
+    '--layer-decay': (['--layer-decay', '0'], None),
+    '--opt-kwargs': (['--opt-kwargs', 'foo=1'], '--opt-kwargs'),
+    '--sched': (['--sched', 'nope'], None),
+    '--sched-on-updates': (['--sched-on-updates=1'], None),
+    '--lr': (['--lr', '0'], None),
+    '--lr-base': (['--lr-base', '-1'], None),
+    '--lr-base-size': (['--lr-base-size', '0'], None),
+    '--lr-base-scale': (['--lr-base-scale', 'cubic'], None),
+    '--lr-noise': (['--lr-noise', '-1'], None),
+    '--lr-noise-pct': (['--lr-noise-pct', '-1'], None),
+    '--lr-noise-std': (['--lr-noise-std', '-1'], None),
+    '--lr-cycle-mul': (['--lr-cycle-mul', '0'], None),
+    '--lr-cycle-decay': (['--lr-cycle-decay', '0'], None),
+    '--lr-cycle-limit': (['--lr-cycle-limit', '0'], None),
+    '--lr-k-decay': (['--lr-k-decay', '0'], None),
+    '--warmup-lr': (['--warmup-lr', '-1'], None),
+    '--min-lr': (['--min-lr', '-1'], None),
+    '--epochs': (['--epochs', '0'], None),
+    '--decay-milestones': (['--decay-milestones', '-3'], None),
+    '--decay-epochs': (['--decay-epochs', '0'], None),
+    '--warmup-epochs': (['--warmup-epochs', '-1'], None),
+    '--warmup-prefix': (['--warmup-prefix=1'], None),
+    '--cooldown-epochs': (['--cooldown-epochs', '-1'], None),
+    '--patience-epochs': (['--patience-epochs', '-1'], None),
+    '--decay-rate': (['--decay-rate', '0'], None),
+    '--no-aug': (['--no-aug=1'], None),
+    '--train-crop-mode': (['--train-crop-mode', 'nope'], None),
+    '--scale': (['--scale', '0.5'], None),
+    '--ratio': (['--ratio', '2', '1'], None),
+    '--hflip': (['--hflip', '2'], None),
+    '--vflip': (['--vflip', '-1'], None),
+    '--color-jitter': (['--color-jitter', '-1'], None),
+    '--aa': (['--aa', 'rand-x9'], None),
+    '--aug-repeats': (['--aug-repeats', '3'], None),
+    '--reprob': (['--reprob', '2'], None),
+    '--remode': (['--remode', 'zeros'], None),
+    '--recount': (['--recount', '0'], None),
+    '--resplit': (['--resplit=1'], None),
+    '--mixup': (['--mixup', '-1'], None),
+    '--cutmix': (['--cutmix', '-1'], None),
+    '--cutmix-minmax': (['--cutmix-minmax', '0.5', '0.2'], None),
+    '--mixup-prob': (['--mixup-prob', '2'], None),
+    '--mixup-switch-prob': (['--mixup-switch-prob', '-1'], None),
+    '--mixup-mode': (['--mixup-mode', 'nope'], None),
+    '--mixup-off-epoch': (['--mixup-off-epoch', '-1'], None),
+    '--smoothing': (['--smoothing', '1'], None),
+    '--train-interpolation': (['--train-interpolation', 'nope'], None),
+    '--drop': (['--drop', '1'], None),
+    '--drop-path': (['--drop-path', '1'], None),
+    '--drop-block': (['--drop-block', '-1'], None),
+    '--model-ema': (['--model-ema=1'], None),
+    '--model-ema-force-cpu': (['--model-ema-force-cpu=1'], None),
+    '--model-ema-decay': (['--model-ema-decay', '1'], None),
+    '--model-ema-warmup': (['--model-ema-warmup=1'], None),
+    '--seed': (['--seed', '-1'], None),
+    '--log-interval': (['--log-interval', '0'], None),
+    '--val-interval': (['--val-interval', '0'], None),
+    '--checkpoint-hist': (['--checkpoint-hist', '0'], None),
+    '--workers': (['--workers', '-1'], None),
+    '--pin-mem': (['--pin-mem=1'], None),
+    '--no-prefetcher': (['--no-prefetcher=1'], None),
+    '--output': (['--output', '{file}'], None),
+    '--experiment': (['--experiment', 'a/b'], None),
+    '--overwrite': (['--overwrite=1'], None),
+    '--eval-metric': (['--eval-metric', 'top3'], None),
+    '--plot': (['--plot=1'], None),
+    '--log-wandb': (['--log-wandb=1'], None),
+    '--wandb-project': (['--wandb-project', 'p'], None),
+    '--wandb-tags': (['--wandb-tags', 't'], None),
+}
+
+
+def _call(main, argv) -> int:
+    """ The exit status of a console entry point called in-process (argparse's usage errors exit). """
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _options(parser):
+    return {max(a.option_strings, key=len) for a in parser._actions if a.option_strings and a.dest != 'help'}
+
+
+def test_every_training_option_has_an_invalid_case():
+    assert _options(train_mod.build_parser()) == set(TRAIN_INVALID)
+
+
+@pytest.fixture(scope='module')
+def places(tmp_path_factory):
+    root = tmp_path_factory.mktemp('places')
+    for split in ('train', 'test'):
+        for cls in ('cat', 'dog'):
+            (root / 'data' / split / cls).mkdir(parents=True)
+            for i in range(2):
+                Image.new('RGB', (16, 16), (60 * i, 80, 120)).save(root / 'data' / split / cls / f'{i}.png')
+    (root / 'a-file').write_text('not a folder')
+    return {'folder': str(root / 'data'), 'file': str(root / 'a-file')}
+
+
+def _one_error_line(err: str, prog: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip() and ': warning: ' not in line]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f'{prog}') and 'error' in lines[0] and 'Traceback' not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize('option', sorted(TRAIN_INVALID))
+def test_invalid_training_option_is_one_line_before_any_work(option, places, tmp_path, capsys):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    extra, named = TRAIN_INVALID[option]
+    extra = [a.format(**places) for a in extra]
+    try:
+        code = _call(train_mod.main, [*TRAIN_BASE, '--output', str(tmp_path / 'out'), *extra])
+    finally:
+        torch.set_num_threads(threads)
+    out, err = capsys.readouterr()
+    assert code == 2, (code, out[-500:], err)
+    line = _one_error_line(err, 'timm-structinit-train')
+    assert (named or option) in line, line
+    assert not (tmp_path / 'out').exists()  # nothing written
+    assert 'epoch' not in out  # nothing trained
+
+
+CLI_BASE = {
+    'export': ['export', 'vit_tiny_patch2_32_mimetic', '{target}', '--model-kwargs', 'embed_dim=16', 'depth=1',
+               'num_heads=2'],
+    'push': ['push', 'vit_tiny_patch2_32_mimetic', '--repo-id', 'org/name', '--dry-run', '--model-kwargs',
+             'embed_dim=16', 'depth=1', 'num_heads=2'],
+    'show': ['show', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
+             '--out', '{target}.png'],
+    'recipes': ['recipes'],
+}
+# (command, option) -> (arguments replacing or extending the base, text the error must contain)
+CLI_INVALID = {
+    ('export', 'model'): (['export', 'no_such_model', '{target}'], 'no_such_model'),
+    ('export', '--seed'): (['--seed', '-1'], '--seed'),
+    ('export', '--model-kwargs'): (['--model-kwargs', 'depht=2'], 'depht'),
+    ('export', '--checkpoint'): (['--checkpoint', '/nonexistent.pth.tar'], 'checkpoint'),
+    ('export', '--use-ema'): (['--use-ema'], 'use_ema'),
+    ('export', 'out_dir'): (['export', 'vit_tiny_patch2_32_mimetic', '{file}'], 'export target'),
+    ('export', '--force'): (['--force=1'], '--force'),
+    ('push', 'model'): (['push', 'no_such_model', '--repo-id', 'org/name', '--dry-run'], 'no_such_model'),
+    ('push', '--seed'): (['--seed', 'x'], '--seed'),
+    ('push', '--model-kwargs'): (['--model-kwargs', 'embed_dim=0'], 'embed_dim'),
+    ('push', '--checkpoint'): (['--checkpoint', '{file}'], 'checkpoint'),
+    ('push', '--use-ema'): (['--use-ema=1'], '--use-ema'),
+    ('push', '--repo-id'): (['--repo-id', 'no-slash'], 'repo id'),
+    ('push', '--private'): (['--private=1'], '--private'),
+    ('push', '--revision'): (['--revision', ' '], 'revision'),
+    ('push', '--commit-message'): (['--commit-message', ''], 'commit_message'),
+    ('push', '--dry-run'): (['--dry-run=1'], '--dry-run'),
+    ('show', 'model'): (['show', 'no_such_model'], 'no_such_model'),
+    ('show', '--seed'): (['--seed', '2**70'], '--seed'),
+    ('show', '--model-kwargs'): (['--model-kwargs', 'patch_size=3'], 'patch_size'),
+    ('show', '--checkpoint'): (['--checkpoint', '/nonexistent.pth.tar'], 'checkpoint'),
+    ('show', '--use-ema'): (['--use-ema'], 'use_ema'),
+    ('show', '--init'): (['--init', 'nope'], 'nope'),
+    ('show', '--init-kwargs'): (['--init', 'mimetic', '--init-kwargs', 'foo=1'], 'foo'),
+    ('show', '--layer'): (['--layer', '99'], '--layer'),
+    ('show', '--images'): (['--images', '/nonexistent'], '--images'),
+    ('show', '--num-images'): (['--num-images', '0'], '--num-images'),
+    ('show', '--out'): (['--out', '{target}.txt'], '--out'),
+    ('recipes', 'name'): (['recipes', 'nope'], 'nope'),
+    ('recipes', '--path'): (['--path'], '--path'),
+}
+
+
+def test_every_command_option_has_an_invalid_case():
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if a.dest == 'command').choices
+    expected = {(name, max(a.option_strings, key=len) if a.option_strings else a.dest)
+                for name, sub in commands.items() for a in sub._actions if a.dest != 'help'}
+    assert expected == set(CLI_INVALID)
+
+
+@pytest.mark.parametrize('command,option', sorted(CLI_INVALID))
+def test_invalid_command_option_is_one_line_before_any_work(command, option, places, tmp_path, capsys):
+    extra, named = CLI_INVALID[(command, option)]
+    fill = dict(places, target=str(tmp_path / 'target'))
+    base = [a.format(**fill) for a in CLI_BASE[command]]
+    extra = [a.format(**fill) for a in extra]
+    argv = extra if extra[0] == command else [*base, *extra]
+    code = _call(cli.main, argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (code, out, err)
+    line = _one_error_line(err, f'timm-structinit')
+    assert named in line, line
+    assert not list(tmp_path.iterdir())  # no export, no figure

@@ -1,0 +1,227 @@
+""" The ways a run can lose data or go silently wrong, each closed: two runs into one folder, stop signals, a failing
+process of a distributed run, 16-bit images, directory link loops, decompression bombs, seeds out of range, and
+wrapped models handed to `apply_init`. """
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+from PIL import Image
+
+import timm_structinit
+from timm_structinit import cli
+from timm_structinit import train as train_mod
+from timm_structinit.data import folder_dataset
+
+TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
+        'patch_size=8']
+FAST = ['--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '8',
+        '--log-interval', '1000']
+ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+
+
+def _folder(root: Path, per_class: int = 4, fmt: str = 'png') -> Path:
+    for split in ('train', 'test'):
+        for c, cls in enumerate(('cat', 'dog')):
+            (root / split / cls).mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                Image.new('RGB', (32, 32), (40 * i, 80 + 60 * c, 120)).save(root / split / cls / f'{i}.{fmt}')
+    return root
+
+
+def _train_cmd(data: Path, out: Path, *extra) -> list:
+    return [sys.executable, '-m', 'timm_structinit.train', '--data-dir', str(data), '--val-split', 'test', *TINY,
+            *FAST, '--output', str(out), *map(str, extra)]
+
+
+def test_two_runs_into_one_folder_one_wins(tmp_path):
+    data = _folder(tmp_path / 'data', per_class=16)
+    cmd = _train_cmd(data, tmp_path / 'out', '--experiment', 'same', '--epochs', 2)
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    time.sleep(0.3)
+    second = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    out, err = first.communicate(timeout=600)
+    codes = sorted([first.returncode, second.returncode])
+    assert codes == [0, 2], (out, err, second.stdout, second.stderr)
+    loser = err if first.returncode else second.stderr
+    lines = [line for line in loser.splitlines() if line.strip()]
+    assert len(lines) == 1 and ('in use by another run' in lines[0] or 'already exists' in lines[0]), loser
+    run = tmp_path / 'out' / 'same'
+    assert len((run / 'summary.csv').read_text().splitlines()) == 3  # one run's two epochs, header included
+    assert not (run / '.timm-structinit.lock').exists()
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_over(tmp_path, capsys):
+    run = tmp_path / 'out' / 'r'
+    run.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True)
+    (run / '.timm-structinit.lock').write_text(f'{os.uname().nodename} {dead.stdout.strip()} 1')
+    argv = ['--dataset', 'sklearn/digits', '--val-split', 'test', *TINY, *FAST, '--train-subset', 32, '--val-subset',
+            20, '--epochs', 1, '--output', tmp_path / 'out', '--experiment', 'r']
+    assert train_mod.main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert (run / 'last.pth.tar').exists() and not (run / '.timm-structinit.lock').exists()
+
+
+def _stop_after(cmd, pattern: str, signum: int, timeout: float = 600):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    seen = ''
+    deadline = time.monotonic() + timeout
+    while pattern not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, seen + out, err
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP])
+def test_stop_signal_in_the_first_epoch_leaves_nothing(signum, tmp_path):
+    data = _folder(tmp_path / 'data', per_class=64)
+    cmd = _train_cmd(data, tmp_path / 'out', '--experiment', 'first', '--epochs', 3, '--batch-size', 2,
+                     '--log-interval', 1)
+    code, out, err = _stop_after(cmd, 'Train: epoch 1 [', signum)
+    assert code == 128 + signum, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f'interrupted ({signal.Signals(signum).name})' in lines[0], err
+    assert 'nothing was kept' in lines[0]
+    assert not (tmp_path / 'out').exists()  # not even args.yaml: the next run with --experiment first may start
+
+
+def test_sigterm_after_an_epoch_says_how_to_resume(tmp_path):
+    data = _folder(tmp_path / 'data', per_class=64)
+    cmd = _train_cmd(data, tmp_path / 'out', '--experiment', 'later', '--epochs', 5, '--batch-size', 2)
+    code, out, err = _stop_after(cmd, 'epoch   1/5', signal.SIGTERM)
+    assert code == 143, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and 'interrupted (SIGTERM)' in lines[0] and '--resume' in lines[0], err
+    last = tmp_path / 'out' / 'later' / 'last.pth.tar'
+    assert last.exists() and not (tmp_path / 'out' / 'later' / '.timm-structinit.lock').exists()
+
+
+def test_a_failing_process_ends_a_distributed_run_with_one_line(tmp_path):
+    """ A truncated JPEG that only one process reads: every process ends, rank 0 prints the one line, no process
+    prints a traceback (torchrun's own report of the failed launch follows, as for any failed torchrun job). """
+    data = _folder(tmp_path / 'data', per_class=16, fmt='jpg')
+    bad = data / 'train' / 'dog' / '7.jpg'
+    bad.write_bytes(bad.read_bytes()[:200])
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+           *_train_cmd(data, tmp_path / 'out', '--experiment', 'ddp', '--epochs', 2, '--batch-size', 4)[1:]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    errors = [line for line in text.splitlines() if line.startswith('timm-structinit-train: error:')]
+    assert len(errors) == 1 and str(bad) in errors[0], text
+    worker_frames = [line for line in text.splitlines() if 'File "' in line and (
+        'timm_structinit' in line or 'distributed_c10d' in line)]
+    assert not worker_frames, text
+    assert not (tmp_path / 'out' / 'ddp').exists()
+
+
+def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path):
+    folder = _folder(tmp_path / 'data')
+    level = 30000  # 16 bits; clipped to 8 bits it would read 255, white
+    Image.fromarray(np.full((32, 32), level, dtype=np.uint16)).save(folder / 'train' / 'cat' / 'wide.png')
+    dataset = folder_dataset(str(folder / 'train'), '--train-split train')
+    index = next(i for i, (p, _) in enumerate(dataset.reader.samples) if p.endswith('wide.png'))
+    pixels = np.asarray(dataset[index][0])
+    assert pixels.shape == (32, 32, 3) and np.all(pixels == round(level * 255 / 65535))
+
+
+def test_a_directory_link_loop_reads_each_image_once(tmp_path, caplog):
+    folder = _folder(tmp_path / 'data')
+    os.symlink('..', folder / 'train' / 'cat' / 'loop')
+    dataset = folder_dataset(str(folder / 'train'), '--train-split train')
+    assert len(dataset) == 8 and sorted(t for _, t in dataset.reader.samples) == [0] * 4 + [1] * 4
+    assert 'reached through directory links' in caplog.text and 'each file is read once' in caplog.text
+
+
+def test_a_decompression_bomb_is_named(tmp_path, capsys, monkeypatch):
+    folder = _folder(tmp_path / 'data')
+    Image.new('RGB', (64, 64)).save(folder / 'train' / 'dog' / 'huge.png')
+    monkeypatch.setattr(Image, 'MAX_IMAGE_PIXELS', 1500)  # 64 x 64 = 4,096 > 2 x 1,500: Pillow's error
+    argv = ['--data-dir', folder, '--val-split', 'test', *TINY, *FAST, '--epochs', 1, '--output', tmp_path / 'out']
+    assert train_mod.main([str(a) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'huge.png' in err and 'MAX_IMAGE_PIXELS' in err and 'Traceback' not in err
+    code = cli.main(['show', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
+                     '--images', str(folder / 'train'), '--out', str(tmp_path / 'f.png')])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count('\n') == 1 and 'huge.png' in err and 'MAX_IMAGE_PIXELS' in err
+
+
+def test_one_seed_range_for_every_entry_point(capsys):
+    model = timm.create_model('vit_tiny_patch2_32', embed_dim=16, depth=1, num_heads=2)
+    for call in (lambda: timm_structinit.apply_init(model, 'mimetic', seed=2 ** 70),
+                 lambda: timm.create_model('vit_tiny_patch2_32_mimetic', depth=1, struct_init_seed=2 ** 63),
+                 lambda: timm_structinit.hub.export_model('vit_tiny_patch2_32_mimetic', '/tmp/x', seed=-1)):
+        with pytest.raises(ValueError, match=r'seed=\S+ is not a valid seed; valid: an integer from 0 to 2\*\*63 - 1'):
+            call()
+    args = train_mod.parse_args(['--dataset', 'sklearn/digits', '--seed', str(2 ** 32), *TINY])
+    train_mod.check_args(args)  # beyond numpy's legacy range, inside the one range: accepted
+    train_mod.seed_everything(args.seed, 1)
+    assert train_mod.main(['--dataset', 'sklearn/digits', '--seed', str(2 ** 63)]) == 2
+    assert 'is not a valid seed' in capsys.readouterr().err
+
+
+def test_warmup_longer_than_the_run_is_said(capsys):
+    args = train_mod.parse_args(['--dataset', 'sklearn/digits', *TINY, '--epochs', '2', '--warmup-epochs', '5'])
+    train_mod.check_args(args)
+    assert '--warmup-epochs 5 is not shorter than --epochs 2' in capsys.readouterr().err
+
+
+def test_apply_init_unwraps_data_parallel_and_compiled_models():
+    model = timm.create_model('vit_tiny_patch2_32', embed_dim=16, depth=1, num_heads=2)
+    for wrapped in (torch.nn.DataParallel(model), torch.compile(model)):
+        record = timm_structinit.apply_init(wrapped, 'impulse', seed=0)
+        assert record['method'] == 'impulse' and model.struct_init_record is record
+
+
+def test_an_impulse_grid_beyond_the_budget_is_refused_before_any_work(tmp_path, capsys):
+    argv = ['--dataset', 'sklearn/digits', '--model', 'vit_tiny_patch2_32_impulse3', '--model-kwargs', 'img_size=1024',
+            'embed_dim=32', 'depth=1', 'num_heads=2', '--output', str(tmp_path / 'out')]
+    assert train_mod.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'img_size=1024' in err and 'budget' in err and 'Traceback' not in err
+    assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('kwargs,named', [
+    (dict(embed_dim=0), 'embed_dim=0'), (dict(embed_dim=32.5), 'embed_dim=32.5'), (dict(depth=-1), 'depth=-1'),
+    (dict(depth=0, struct_init='mimetic'), 'depth=0'), (dict(in_chans=0), 'in_chans=0'),
+    (dict(patch_size=3), 'patch_size=3 does not divide img_size=32'), (dict(img_size=31), 'img_size=31'),
+])
+def test_impossible_geometry_names_the_argument(kwargs, named):
+    with pytest.raises(ValueError, match=named.replace('.', r'\.')):
+        timm.create_model('vit_tiny_patch2_32_gap_sincos', **kwargs)
+
+
+@pytest.mark.parametrize('argv,named', [
+    (['--device', 'cuda:0'], "--device 'cuda:0'"),
+    (['--model', 'hf-hub:org/x'], 'HF_HUB_OFFLINE'),
+    (['--model', 'resnet18', '--pretrained'], 'HF_HUB_OFFLINE'),
+    (['--model', 'local-dir:/missing'], 'no config.json'),
+])
+def test_devices_and_weights_that_are_not_here_are_refused_at_once(argv, named, monkeypatch, capsys):
+    if torch.cuda.is_available() and argv[0] == '--device':
+        pytest.skip('this machine has a GPU')
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')  # no network: the Hub's cache is all there is
+    assert train_mod.main(['--dataset', 'sklearn/digits', *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and named in err and 'Traceback' not in err
+
+
+def test_an_unreachable_hub_is_said_at_once(monkeypatch, capsys):
+    from timm_structinit import model_build
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    monkeypatch.setattr(model_build, 'hub_unreachable', lambda timeout=3.0: 'huggingface.co is unreachable (test)')
+    assert train_mod.main(['--dataset', 'sklearn/digits', '--model', 'hf-hub:org/x']) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'huggingface.co is unreachable' in err and 'HF_HUB_OFFLINE=1' in err
