@@ -169,6 +169,8 @@ FAMILIES: Dict[str, Entry] = {
 # rest of the network at PyTorch's default init (RESET, the authors' setting for every arm) or at timm's. A/B: the
 # base with each rest-of-network init; C, D, F, G: the inits on B's rest; D': impulse on A's; E/E': the base and
 # impulse-3 on the papers' 16 x 16 grid (patch 2), in the rest-of-network setting that serves impulse best at patch 4.
+# F puts the 2025 init on the sin-cos base, whose unit-scale table x18 dwarfs the patch content; H/H' measure it on the
+# base it was made for, timm's learned table (std 0.02; x18, about 0.36) with a class token.
 RESET = {'weight_init': 'reset'}
 P2 = {'patch_size': 2}
 PAPERS: Dict[str, Entry] = {
@@ -194,6 +196,14 @@ PAPERS: Dict[str, Entry] = {
     'paper_g_mimetic_vproj_reset': Entry(
         'vit_tiny_patch2_32_gap_sincos', (0, 1), 'paper_b_base_reset', {**MIMETIC_VPROJ_ONLY, **RESET},
         "G: mimetic V/proj only (F's transmission without its impulse Q/K), PyTorch's default rest",
+        base_recipe=PAPERS_RECIPE),
+    'paper_h_base_learned_reset': Entry(
+        'vit_tiny_patch2_32', (0, 1), None, {'class_token': True, 'global_pool': 'token', **RESET},
+        "H: the 2025 paper's own base (timm's learned table, class token), PyTorch's default rest",
+        base_recipe=PAPERS_RECIPE),
+    'paper_h_impulse2025_learned_reset': Entry(
+        'vit_tiny_patch2_32', (0, 1), 'paper_h_base_learned_reset', {'struct_init': 'impulse2025', **RESET},
+        "H': impulse2025 on its own base, as the authors' code (a learned table of std 0.02, x18)",
         base_recipe=PAPERS_RECIPE),
     'paper_e_base_p2': Entry(
         'vit_tiny_patch2_32_gap_sincos', (0, 1), None, {**P2, **RESET}, "E: the base on 16 x 16 tokens (patch 2), "
@@ -341,6 +351,36 @@ def _mass_table(entries: Dict[str, Entry], by_name: Dict[str, List[dict]]) -> Li
     return lines
 
 
+def _papers_table(by_name: Dict[str, List[dict]]) -> List[str]:
+    means = {name: statistics.mean(r['final_top1'] for r in rs) for name, rs in by_name.items()}
+    lines = ['| arm | init | seeds | final top-1 (10,000 images) | per seed | best (2,000) | last 10 epochs (2,000) '
+             '| gap (final) |', '|---' * 8 + '|']
+    for name, entry in PAPERS.items():
+        rs = sorted(by_name.get(name, []), key=lambda r: r['seed'])
+        if not rs:
+            lines.append(f'| {name} | {entry.question} | 0/{len(entry.seeds)} | not run yet | | | | |')
+            continue
+        gap = (f'{means[name] - means[entry.baseline]:+.2f} vs {entry.baseline}'
+               if entry.baseline in means else '')
+        per_seed = ', '.join(f'{r["final_top1"]:.2f}' for r in rs)
+        lines.append(
+            f'| {name} | {entry.question} | {len(rs)}/{len(entry.seeds)} | {_spread([r["final_top1"] for r in rs])} '
+            f'| {per_seed} | {_spread([r["best_top1"] for r in rs])} | {_spread([r["last10_top1"] for r in rs])} '
+            f'| {gap} |')
+    return lines
+
+
+def _papers_mass(by_name: Dict[str, List[dict]]) -> List[str]:
+    lines = ['| arm | epoch 0 | 2 | 10 | 20 | 50 | 100 |', '|---|---|---|---|---|---|---|']
+    for name in PAPERS:
+        runs = [r for r in by_name.get(name, []) if r['seed'] == 0 and r.get('target_mass')]
+        if runs:
+            rows = {int(row['epoch']): row['mean'] for row in runs[0]['target_mass']}
+            lines.append(f'| {name} | ' + ' | '.join(f'{rows[e]:.3f}' if e in rows else '' for e in
+                                                      (0, 2, 10, 20, 50, 100)) + ' |')
+    return lines
+
+
 def report(out_dir: Path, command: str) -> None:
     runs_dir = out_dir / 'runs'
     results = [json.loads(p.read_text()) for p in sorted(runs_dir.glob('*/result.json'))]
@@ -401,6 +441,15 @@ def report(out_dir: Path, command: str) -> None:
                       'images, chance 1/16 in a full 4 x 4 window; Mixer: token mixing linearized at zero input, 1.00 '
                       'at init), at epoch 0 (init), 1, 3 and the last epoch; seed 0.', '',
                       *_mass_table(FAMILIES, by_name)]
+    if any(name in by_name for name in PAPERS):
+        lines += ['', "## The papers' regime (`python benchmarks/compare_inits.py --papers`)", '',
+                  'ViT width 128, depth 6, 4 heads, patch 4 (E, E\': patch 2), 2,000 class-balanced CIFAR-10 training '
+                  'images, 100 epochs; final top-1 on all 10,000 test images, best and last-10-epoch mean of the '
+                  'evaluations every 2 epochs on a class-balanced 2,000-image test subset. Recipe: `'
+                  + ' '.join(PAPERS_RECIPE) + '`. Gap: final, means, against the arm of the same architecture and '
+                  'rest-of-network init.', '', *_papers_table(by_name), '',
+                  'Mass on the impulse targets (mean of the 6 layers, 64 fixed test images; chance 1/64, patch 2: '
+                  '1/256), seed 0, at epochs 0 / 2 / 10 / 20 / 50 / 100:', '', *_papers_mass(by_name)]
     write_lines(out_dir / 'results.md', lines)
     print('\n'.join(lines))
     grid = grid_of(ARCH)
@@ -409,16 +458,18 @@ def report(out_dir: Path, command: str) -> None:
     for entries, bases, file, title in (
             (INITS, [], 'curves.png', f'CIFAR-10, 8k train images, {vit}'),
             (SCIENCE, ['gap_sincos'], 'science_curves.png', f'impulse study, {vit}'),
-            (FAMILIES, [], 'families_curves.png', 'CIFAR-10, 8k train images, Swin and MLP-Mixer')):
+            (FAMILIES, [], 'families_curves.png', 'CIFAR-10, 8k train images, Swin and MLP-Mixer'),
+            (PAPERS, [], 'papers_curves.png', "papers' regime: 2k images, 100 epochs, ViT 128/6/4 (E: patch 2)")):
         if any(r['init'] in entries for r in results):
             names = [*bases, *entries]
             plot_curves([r for r in results if r['init'] in names], names, out_dir / file, f'{title}; dashed: seed 1')
     tracked = [dict(r, mass=[m['mean'] for m in r['target_mass']]) for r in results if r.get('target_mass')]
     # the impulse structure through training (epoch 0 is the init); ViT heads on the 8 x 8 grid (chance 1/64) and
     # the other families (their own windows and blocks) in separate figures
-    for file, families, ylabel in (('target_mass.png', False, 'mass on target (chance 1/64)'),
-                                   ('families_target_mass.png', True, 'mass on target')):
-        group = [r for r in tracked if (r['init'] in FAMILIES) == families]
+    for file, group_of, ylabel in (('target_mass.png', SCIENCE, 'mass on target (chance 1/64)'),
+                                   ('families_target_mass.png', FAMILIES, 'mass on target'),
+                                   ('papers_target_mass.png', PAPERS, 'mass on target (chance 1/64; patch 2: 1/256)')):
+        group = [r for r in tracked if r['init'] in group_of]
         if group:
             plot_curves(group, list(dict.fromkeys(r['init'] for r in group)), out_dir / file,
                         'mean mass on the impulse targets; dashed: seed 1', key='mass', ylabel=ylabel, first_epoch=0)
@@ -436,8 +487,11 @@ def plot_curves(results: List[dict], names: List[str], out: Path, title: str, ke
     for r in results:
         label = r['init'] if r['init'] not in seen else None
         seen.add(r['init'])
-        ax.plot(range(first_epoch, first_epoch + len(r[key])), r[key], color=colors[r['init']], label=label,
-                linestyle='-' if r['seed'] == 0 else '--')
+        # runs evaluated every few epochs carry their epochs; the target mass is measured at those epochs and 0
+        epochs = r.get('curve_epochs') if key == 'curve' else (
+            [int(m['epoch']) for m in r['target_mass']] if key == 'mass' else None)
+        ax.plot(epochs or range(first_epoch, first_epoch + len(r[key])), r[key], color=colors[r['init']],
+                label=label, linestyle='-' if r['seed'] == 0 else '--')
     ax.set_xlabel('epoch'), ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3), ax.legend(fontsize=8)
