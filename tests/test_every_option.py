@@ -4,13 +4,18 @@ is valid, exit status 2 (1 for a failure during the work), no traceback, nothing
 The parsers know every option; the tests walk them, so an option added without a refusal of its bad values fails
 here until it has one.
 """
+import inspect
 from pathlib import Path
 
 import pytest
+import timm
 import torch
 from PIL import Image
+from torch import nn
 
-from timm_structinit import cli
+import timm_structinit
+from timm_structinit import cli, hub
+from timm_structinit.hub import export as export_mod
 from timm_structinit import train as train_mod
 
 TRAIN_BASE = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--model', 'vit_tiny_patch2_32_mimetic',
@@ -251,3 +256,149 @@ def test_invalid_command_option_is_one_line_before_any_work(command, option, pla
     line = _one_error_line(err, f'timm-structinit')
     assert named in line, line
     assert not list(tmp_path.iterdir())  # no export, no figure
+
+
+# The public Python API: every parameter of every documented function (the package's top level, the Hub helpers and
+# the arguments the registered model classes add to timm's), fed invalid values. Each raises one exception whose
+# one-line message names the parameter (or the bad value) before any work: the model given to apply_init keeps its
+# weights, no export folder appears, no model is built for a bad export or push argument.
+_TINY_KWARGS = dict(img_size=16, patch_size=4, embed_dim=16, depth=1, num_heads=2)
+_PUBLIC = {
+    'apply_init': lambda: timm_structinit.apply_init,
+    'list_inits': lambda: timm_structinit.list_inits,
+    'make_init_cfg': lambda: timm_structinit.make_init_cfg,
+    'register_init': lambda: timm_structinit.register_init,
+    'build_model': lambda: hub.build_model,
+    'export_model': lambda: hub.export_model,
+    'push_model': lambda: hub.push_model,
+    'list_export_files': lambda: hub.list_export_files,
+}
+_CLASSES = {'StructVisionTransformer': 'vit_tiny_patch2_32', 'StructSwinTransformer': 'swin_tiny_patch2_window4_32',
+            'StructMlpMixer': 'mixer_s4_32'}
+_CLASS_KWARGS = {'vit_tiny_patch2_32': _TINY_KWARGS, 'swin_tiny_patch2_window4_32': dict(depths=(1,), num_heads=(2,),
+                 embed_dim=16), 'mixer_s4_32': dict(num_blocks=1, embed_dim=16)}
+_MODEL = 'vit_tiny_patch2_32_mimetic'
+
+# function -> the valid call's arguments
+API_BASE = {
+    'apply_init': dict(model=None, name='mimetic', seed=0),  # model: a tiny ViT, built per test
+    'make_init_cfg': dict(name='impulse', family='vit'),
+    'register_init': dict(),
+    'build_model': dict(model_name=_MODEL, model_kwargs=_TINY_KWARGS),
+    'export_model': dict(model_name=_MODEL, out_dir='{target}', model_kwargs=_TINY_KWARGS),
+    'push_model': dict(model_name=_MODEL, repo_id='org/name', model_kwargs=_TINY_KWARGS, dry_run=True),
+    'list_export_files': dict(),
+}
+# (function, parameter) -> invalid values
+API_INVALID = {
+    ('apply_init', 'model'): ['a model', nn.Linear(4, 4)],
+    ('apply_init', 'name'): ['mimetik', 3, None],
+    ('apply_init', 'seed'): [-1, 2 ** 70, 1.5, 'a', True],
+    ('apply_init', 'weight_init'): ['skip', ''],
+    ('apply_init', 'kwargs'): [{'qk_nois': 1.0}, {'qk_noise': -1.0}, {'qk_noise': 'x'}, {'vproj_sign': 2}],
+    ('make_init_cfg', 'name'): ['nope', None],
+    ('make_init_cfg', 'family'): ['cnn', 3],
+    ('make_init_cfg', 'kwargs'): [{'kernel_size': 4}, {'solver': 'sgd'}, {'kernel': 3}],
+    ('register_init', 'init'): ['x', None],
+    ('build_model', 'model_name'): ['vit_nope', None],
+    ('build_model', 'seed'): [-3, 'x'],
+    ('build_model', 'model_kwargs'): [{'depht': 1}, ['depth'], {'embed_dim': 0}],
+    ('build_model', 'checkpoint'): ['/nonexistent.pth'],
+    ('build_model', 'use_ema'): ['yes'],
+    ('export_model', 'model_name'): ['vit_nope'],
+    ('export_model', 'out_dir'): [None, '', '/proc/no-such-dir/x', '{file}'],
+    ('export_model', 'seed'): [2 ** 64],
+    ('export_model', 'model_kwargs'): [{'depht': 1}],
+    ('export_model', 'checkpoint'): ['/nonexistent.pth'],
+    ('export_model', 'use_ema'): [1],
+    ('export_model', 'force'): ['no'],
+    ('export_model', 'repo_id'): ['bad repo id', 'a/b/c'],
+    ('push_model', 'model_name'): ['vit_nope'],
+    ('push_model', 'repo_id'): ['bad repo', None],
+    ('push_model', 'seed'): [-1],
+    ('push_model', 'model_kwargs'): [{'depht': 1}],
+    ('push_model', 'checkpoint'): ['/nonexistent.pth'],
+    ('push_model', 'use_ema'): ['yes'],
+    ('push_model', 'private'): ['x'],
+    ('push_model', 'revision'): ['bad..rev', 'with space', ''],
+    ('push_model', 'commit_message'): [3, ''],
+    ('push_model', 'dry_run'): ['x'],
+    ('push_model', 'token'): [5, ''],
+    ('list_export_files', 'folder'): ['/nonexistent', '{file}', None],
+}
+# model class -> the arguments it adds to timm's (timm's own are checked by `check_model_args`), invalid values
+CLASS_INVALID = {
+    'struct_init': ['foo', 5],
+    'struct_init_kwargs': [['kernel_size'], 'kernel_size=5', {1: 2}, {'kernel_size': 4}],
+    'struct_init_seed': [-1, 2 ** 70, 'a'],
+    'weight_init': ['bogus', 3],  # (None is timm's create_model for "not given")
+}
+
+
+def _parameters(fn):
+    return {name for name in inspect.signature(fn).parameters}
+
+
+def test_every_api_parameter_has_an_invalid_case():
+    expected = {(name, p) for name, get in _PUBLIC.items() for p in _parameters(get())}
+    assert expected == set(API_INVALID)
+    for cls_name, model_name in _CLASSES.items():
+        cls = getattr(timm_structinit, cls_name)
+        added = {p for p in _parameters(cls.__init__) if p.startswith('struct_init')}
+        assert added | {'weight_init'} == set(CLASS_INVALID), cls_name  # weight_init: timm's, with 'reset' added
+
+
+def _api_cases():
+    return [(fn, p, i) for (fn, p), values in sorted(API_INVALID.items(), key=str) for i in range(len(values))]
+
+
+@pytest.mark.parametrize('fn,param,index', _api_cases())
+def test_invalid_api_argument_is_one_clear_error(fn, param, index, places, tmp_path, monkeypatch):
+    value = API_INVALID[(fn, param)][index]
+    fill = dict(target=str(tmp_path / 'target'), file=places['file'])
+    if isinstance(value, str):
+        value = value.format(**fill)
+    args = {k: (v.format(**fill) if isinstance(v, str) else v) for k, v in API_BASE.get(fn, {}).items()}
+    model = None
+    if fn == 'apply_init':
+        model = timm.create_model('vit_tiny_patch2_32', **_TINY_KWARGS)
+        args['model'] = model
+    before = {k: v.clone() for k, v in (model or nn.Module()).state_dict().items()}
+    if fn in ('export_model', 'push_model'):  # nothing is built before every argument is checked
+        monkeypatch.setattr(export_mod, '_build', lambda *a, **k: pytest.fail('built the model'))
+    if param == 'kwargs':
+        args.update(value)
+    else:
+        args[param] = value
+    if param == 'model' and isinstance(value, nn.Module):
+        before = {k: v.clone() for k, v in value.state_dict().items()}
+        model = value
+    with pytest.raises((ValueError, TypeError, OSError)) as info:
+        _PUBLIC[fn]()(**args)
+    message = str(info.value)
+    assert message and '\n' not in message, message
+    if param == 'kwargs':  # the hyperparameter's own name
+        names = set(value)
+    else:
+        names = {param, repr(value)} | ({str(value)} if isinstance(value, str) and value else set())
+        names |= {type(value).__name__} if param == 'model' else {'struct_init'} if param == 'name' else set()
+    assert any(n in message for n in names), message
+    after = (model or nn.Module()).state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert not (tmp_path / 'target').exists()
+    assert not [p for p in tmp_path.iterdir()]
+
+
+@pytest.mark.parametrize('model_name', sorted(_CLASS_KWARGS))
+@pytest.mark.parametrize('param,index', [(p, i) for p, values in CLASS_INVALID.items() for i in range(len(values))])
+def test_invalid_model_class_argument_is_one_clear_error(model_name, param, index):
+    value = CLASS_INVALID[param][index]
+    kwargs = dict(_CLASS_KWARGS[model_name], **{param: value})
+    if param == 'struct_init_kwargs':
+        kwargs['struct_init'] = 'impulse'
+    with pytest.raises((ValueError, TypeError)) as info:
+        timm.create_model(model_name, **kwargs)
+    message = str(info.value)
+    assert message and '\n' not in message, message
+    names = {param, repr(value)} | (set(value) if isinstance(value, dict) else set())
+    assert any(str(n) in message for n in names), message

@@ -9,7 +9,7 @@ keeps timm's init for every weight the init does not own, 'reset' keeps PyTorch'
 weights are then loaded).
 """
 import warnings
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from .inits import apply_init_cfg, check_init_cfg, list_inits, make_init_cfg
 from .seeds import check_seed
@@ -34,6 +34,10 @@ class StructInitArgs:
                           stacklevel=4)
         if struct_init_seed is not None:
             check_seed(struct_init_seed, 'struct_init_seed')
+        if struct_init_kwargs is not None and not (
+                isinstance(struct_init_kwargs, Mapping) and all(isinstance(k, str) for k in struct_init_kwargs)):
+            raise ValueError(f'struct_init_kwargs={struct_init_kwargs!r} must be a dict of hyperparameter names to '
+                             f'values, e.g. {{"kernel_size": 5}}')
         self.struct_init = struct_init
         self.struct_init_kwargs = dict(struct_init_kwargs or {})
         self.struct_init_seed = struct_init_seed

@@ -18,7 +18,7 @@ Registered variants reproduce the setups of
   Transformers", https://arxiv.org/abs/2404.01139 (average pooling, sin-cos), and "Structured Initialization for
   Vision Transformers", NeurIPS 2025, https://arxiv.org/abs/2505.19985.
 """
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 from torch import nn
@@ -143,7 +143,9 @@ def _merge_args(model_args: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str,
     """ A variant's args overridden by the caller's; `struct_init_kwargs` are merged key by key, so that
     `struct_init_kwargs=dict(solver='adam')` on an impulse-5 model keeps its kernel_size=5. """
     merged = dict(model_args, **kwargs)
-    if 'struct_init_kwargs' in model_args and 'struct_init_kwargs' in kwargs:
+    given = kwargs.get('struct_init_kwargs', ())
+    if 'struct_init_kwargs' in model_args and (given is None or isinstance(given, Mapping)):
+        # (anything else is passed on as given, for the model to refuse with a message naming it)
         merged['struct_init_kwargs'] = {**model_args['struct_init_kwargs'], **(kwargs['struct_init_kwargs'] or {})}
     return merged
 

@@ -8,6 +8,7 @@ import json
 import logging
 import numbers
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,11 +134,31 @@ def _check_push_args(repo_id: Any, revision: Any = None, commit_message: Any = N
     for name, value in (('revision', revision), ('commit_message', commit_message)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ValueError(f'{name}={value!r} must be a non-empty string or None')
+    if revision is not None and not _is_branch_name(revision):
+        raise ValueError(f'revision={revision!r} is not a valid branch name (git check-ref-format: no spaces, "..", '
+                         f'"@{{", ~^:?*[\\, no leading "-" or "/", no trailing "/", "." or ".lock")')
+
+
+def _check_flags(**flags: Any) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f'{name}={value!r} must be True or False')
+
+
+def _is_branch_name(name: str) -> bool:
+    """ git's rules for a ref name (check-ref-format), which the Hub applies to a revision it creates. """
+    bad = re.search(r'[\s~^:?*\[\\\x00-\x1f\x7f]|\.\.|@\{|//|/\.|^\.', name)
+    return not (bad or name.startswith(('-', '/')) or name.endswith(('/', '.', '.lock')) or name == '@')
+
+
+def _check_out_dir(out_dir: Any) -> Path:
+    if not isinstance(out_dir, (str, os.PathLike)) or not os.fspath(out_dir):
+        raise ValueError(f'out_dir={out_dir!r} must be the path of a folder to write the export to')
+    return Path(out_dir).expanduser()
 
 
 def _check_target(target: Path, force: Any) -> None:
-    if not isinstance(force, bool):
-        raise ValueError(f'force={force!r} must be True or False')
+    _check_flags(force=force)
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f'export target {target} exists and is not a directory')
     # the export is staged next to the target: its nearest existing parent must be a writable folder
@@ -146,6 +167,11 @@ def _check_target(target: Path, force: Any) -> None:
         raise NotADirectoryError(f'export target {target}: {parent} is a file, not a directory')
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(f'export target {target}: no permission to write in {parent}')
+    try:  # the staging folder goes there: create one now rather than fail after the build
+        os.rmdir(tempfile.mkdtemp(prefix=f'.{target.name}.', suffix='.probe', dir=parent))
+    except OSError as e:
+        raise PermissionError(f'export target {target}: cannot create a folder in {parent} '
+                              f'({e.strerror or _one_line(e)})') from None
     if target.is_dir() and any(target.iterdir()):
         if not force:
             raise FileExistsError(f'export target {target} is not empty; choose a new directory or pass force=True '
@@ -312,7 +338,7 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
 
     Bad arguments raise ValueError (FileExistsError for a non-empty target) before anything is built.
     """
-    target = Path(out_dir).expanduser()
+    target = _check_out_dir(out_dir)
     kwargs = _check_build_args(model_name, seed, model_kwargs, checkpoint, use_ema)
     if repo_id is not None:
         _check_push_args(repo_id)
@@ -334,6 +360,8 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
 
 def list_export_files(folder: PathLike) -> List[Tuple[str, int]]:
     """ (name, size in bytes) of the export files in `folder`, in EXPORT_FILES order. """
+    if not isinstance(folder, (str, os.PathLike)) or not Path(folder).is_dir():
+        raise NotADirectoryError(f'folder={folder!r} is not a folder')
     return [(name, (Path(folder) / name).stat().st_size) for name in EXPORT_FILES if (Path(folder) / name).is_file()]
 
 
@@ -350,6 +378,9 @@ def push_model(model_name: str, repo_id: str, seed: int = 0, model_kwargs: Optio
     """
     kwargs = _check_build_args(model_name, seed, model_kwargs, checkpoint, use_ema)
     _check_push_args(repo_id, revision, commit_message)
+    _check_flags(private=private, dry_run=dry_run)
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        raise ValueError('token must be a non-empty string or None (then HF_TOKEN or the saved login is used)')
     token = token or (None if dry_run else huggingface_hub.get_token())
     if not dry_run and not token:  # before the export, so a missing login costs nothing
         raise HubError('no Hugging Face token found: set HF_TOKEN or run `hf auth login`, then push again')

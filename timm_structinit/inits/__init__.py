@@ -64,6 +64,13 @@ _INITS: Dict[str, StructInit] = {}
 
 
 def register_init(init: StructInit) -> StructInit:
+    """ Make `init` available by its name to `apply_init`, `make_init_cfg` and every model's `struct_init`. """
+    if not isinstance(init, StructInit):
+        raise TypeError(f'register_init takes a StructInit, got {type(init).__name__}')
+    if not isinstance(init.name, str) or not init.name.isidentifier():
+        raise ValueError(f'StructInit.name={init.name!r} must be an identifier such as "my_init"')
+    if not (dataclasses.is_dataclass(init.cfg_cls) and isinstance(init.cfg_cls, type)) or not callable(init.apply):
+        raise TypeError(f'StructInit {init.name!r} needs a dataclass cfg_cls and a callable apply')
     _INITS[init.name] = init
     return init
 
@@ -119,6 +126,8 @@ def model_family(model: nn.Module) -> str:
 def _family_version(name: str, family: str) -> Any:
     """ (cfg class, preset) of init `name` for a model family; ValueError naming the inits that have one. """
     init = get_init(name)
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise ValueError(f'family={family!r} is not valid; valid: {", ".join(FAMILIES)}')
     if family == 'vit':
         return init.cfg_cls, init.preset
     if family not in init.families:
@@ -183,7 +192,7 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, weight_i
         raise ValueError(f"weight_init={weight_init!r} is not valid; choose None (keep the other weights as they "
                          f"are) or 'reset' (PyTorch's default init for every layer the init does not write)")
     if not isinstance(model, nn.Module):
-        raise TypeError(f'apply_init takes a torch.nn.Module, got {type(model).__name__}')
+        raise TypeError(f'model must be a torch.nn.Module, got {type(model).__name__}')
     # DataParallel / DistributedDataParallel (.module) and torch.compile (._orig_mod) wrap the model they train
     model = unwrap_model(model)
     return apply_init_cfg(model, name, make_init_cfg(name, model_family(model), **kwargs), seed=seed,
