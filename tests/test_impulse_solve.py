@@ -113,12 +113,12 @@ def test_huge_grid_is_refused_before_any_work(monkeypatch):
 
 @pytest.mark.parametrize('solver', ['svd', 'adam'])
 def test_dense_solvers_are_refused_on_grids_they_cannot_hold(solver, monkeypatch):
-    """ 6,400 tokens: the fast solver's pieces fit, the dense float64 maps of svd (6 GiB for 6 heads) and adam's
-    10,000 steps over them do not. """
+    """ 10,000 tokens: the fast solver's pieces fit, the N x N noise of svd (4.5 GiB for 6 heads) and adam's
+    10,000 steps over the maps do not. """
     _refuse_any_work(monkeypatch)
-    model = timm.create_model('vit_tiny_patch2_32_gap_sincos', img_size=160, embed_dim=32, depth=3, num_heads=2)
+    model = timm.create_model('vit_tiny_patch2_32_gap_sincos', img_size=200, embed_dim=32, depth=3, num_heads=2)
     before = model.blocks[0].attn.qkv.weight.clone()
-    with pytest.raises(ValueError, match=rf"patch grid 80 x 80 \(img_size=160 / patch_size=2\).*solver='{solver}'"):
+    with pytest.raises(ValueError, match=rf"patch grid 100 x 100 \(img_size=200 / patch_size=2\).*solver='{solver}'"):
         timm_structinit.apply_init(model, 'impulse', seed=0, solver=solver)
     assert torch.equal(model.blocks[0].attn.qkv.weight, before)
     cfg = make_init_cfg('impulse')

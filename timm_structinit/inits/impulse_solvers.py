@@ -420,6 +420,16 @@ def _transpose_pairs(unique: torch.Tensor, tokens: torch.Tensor):
     return unique[keep], source, flipped
 
 
+def _trunc_normal(shape: Tuple[int, ...], std: float, a: float, b: float, generator: torch.Generator) -> torch.Tensor:
+    """ Float32 draws of N(0, std^2) cut to [a, b] as timm's `trunc_normal_` makes them (the authors' noise): the
+    inverse normal CDF of one uniform draw per value, so the cost is one pass whatever the cut (torch's
+    `nn.init.trunc_normal_` redraws the whole tensor while any value falls outside), and a `generator` is used. """
+    def cdf(v: float) -> float:  # timm's arithmetic, step for step, so the same stream gives the same bits
+        return (1. + math.erf((v / std) / math.sqrt(2.))) / 2.
+    out = torch.empty(shape).uniform_(2 * cdf(a) - 1, 2 * cdf(b) - 1, generator=generator)
+    return out.erfinv_().mul_(std * math.sqrt(2.)).clamp_(min=a, max=b)
+
+
 def solve_svd(
         x: torch.Tensor,
         targets: torch.Tensor,
@@ -435,7 +445,7 @@ def solve_svd(
     """ The 2025 closed form. targets (B, N).
 
     Per head: T = target_scale * H + noise_scale * n off the impulse, n ~ truncated normal (std noise_std, cut at
-    +-2); A = X+ T X+^T with X+ the rank-k truncated pseudo-inverse (rank capped at X's numerical rank, which
+    +-2, in float32, drawn as timm's `trunc_normal_` draws it: the same bits from the same generator state); A = X+ T X+^T with X+ the rank-k truncated pseudo-inverse (rank capped at X's numerical rank, which
     matters for the low-rank sin-cos pseudo input); W_q = U_k S_k^1/2, W_k = V_k S_k^1/2, each scaled to
     Frobenius norm `factor_norm`. Since X+ = V_k S_k^-1 U_k^T, A = V_k (S_k^-1 U_k^T T U_k S_k^-1) V_k^T and the
     per-head SVD is of a k x k matrix: the same factors as an SVD of the D x D matrix, at a fraction of the cost.
@@ -446,14 +456,20 @@ def solve_svd(
     amplifies directions the input hardly has by up to 1e5, so after the factor-norm scaling the useful part is
     gone and every map is uniform (1/N on the target). At rtol 0.1 the same solve puts ~0.85 on the target.
     """
-    dense = dense_target(targets, torch.float64)
-    noise = torch.nn.init.trunc_normal_(
-        torch.empty(dense.shape, dtype=torch.float64), std=noise_std, a=-2.0, b=2.0, generator=generator)
-    t = target_scale * dense + noise_scale * noise * (dense == 0)
+    n = targets.shape[-1]
     u, s, vh = torch.linalg.svd(x.double(), full_matrices=False)
     rank = min(head_dim, int((s > rtol * s[0]).sum()))
     u_k, s_k, v_k = u[:, :rank], s[:rank], vh[:rank].T
-    inner = (u_k.T @ t @ u_k) / (s_k.view(-1, 1) * s_k.view(1, -1))  # (B, rank, rank)
+    # U_k^T T U_k without forming T: the noise part as one float32 product (the noise is float32, as the authors'),
+    # then on each row's impulse the noise swapped for target_scale, in float64: T = s n + sum_q c_q e_q e_t(q)^T
+    # with c_q = target_scale - s n[q, t(q)] (0 for a row without a target)
+    noise = _trunc_normal((*targets.shape, n), noise_std, -2.0, 2.0, generator)
+    u32 = u_k.float()
+    inner = (noise_scale * ((u32.T @ noise) @ u32)).double()
+    index = targets.clamp_min(0)
+    swap = (target_scale - noise_scale * noise.gather(-1, index[..., None])[..., 0].double()) * (targets >= 0)
+    inner += (u_k * swap[..., None]).mT @ u_k[index]
+    inner = inner / (s_k.view(-1, 1) * s_k.view(1, -1))  # (B, rank, rank)
     a_u, a_s, a_vh = torch.linalg.svd(inner)
     root = a_s.sqrt().unsqueeze(-2)
     wq = v_k @ (a_u * root)
@@ -474,7 +490,7 @@ def solve_cost(solver: str, tokens: int, dim: int, head_dim: int, num_heads: int
 
     fast: each evaluation runs three N x N x r products and a softmax per distinct solve (about 3 r + 12
     multiply-adds per map entry), its maps in pieces of TASK_ELEMENTS; adam: per layer, autograd over the heads'
-    N x N maps, 10,000 times; svd: dense float64 N x N targets and noise for every map. """
+    N x N maps, 10,000 times; svd: float32 N x N noise for every map. """
     n2 = float(tokens) ** 2
     table = 20.0 * tokens * dim + 16.0 * min(tokens, dim) ** 2       # sin-cos table and its LayerNorm, Gram
     if solver == 'fast':
@@ -487,8 +503,8 @@ def solve_cost(solver: str, tokens: int, dim: int, head_dim: int, num_heads: int
         layers = max(1, maps // num_heads)
         memory = table + 4.0 * 10 * num_heads * n2
         work = options.get('iters', 10000) * layers * num_heads * (n2 * (6 * head_dim + 30) + 6 * tokens * dim * head_dim)
-    else:
-        memory = table + 26.0 * maps * n2
+    else:  # the float32 noise of every map and one product of it
+        memory = table + 8.0 * maps * n2
         work = maps * n2 * (2 * min(rank, head_dim) + 10) + tokens * dim * min(tokens, dim)
     return memory, work
 
