@@ -46,9 +46,8 @@ class LocalOxfordIIITPet(tvd.OxfordIIITPet):
     """ Class labels (37 breeds) with the `transform` attribute applied, as timm's loader sets it. """
 
     def __getitem__(self, idx: int) -> Tuple[Any, Any]:
-        from PIL import Image
-        with Image.open(self._images[idx]) as img:
-            image = img.convert('RGB')
+        from .data import read_image  # (data imports this module) the package's reader: 16-bit scaled, files named
+        image = read_image(str(self._images[idx]))
         target = self._labels[idx]
         if self.transform is not None:
             image = self.transform(image)
