@@ -128,23 +128,6 @@ def test_a_stop_sent_to_the_process_group_spares_the_loader_workers(signum, tmp_
     assert not left, left
 
 
-def test_loader_workers_still_end_when_their_main_process_ends_them():
-    """ torch ends workers it could not join with SIGTERM (and so does Python's exit): they must still go, or the
-    main process waits forever. """
-    from timm_structinit.train.failures import workers_quiet_on_stop
-    loader = torch.utils.data.DataLoader(list(range(64)), batch_size=1, num_workers=2, prefetch_factor=1)
-    workers_quiet_on_stop(loader)
-    it = iter(loader)
-    next(it)
-    procs = list(it._workers)
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        p.join(timeout=20)
-    assert [p.exitcode for p in procs] == [0, 0]  # ended quietly, not killed (which torch would report)
-    del it
-
-
 def test_a_failing_process_ends_a_distributed_run_with_one_line(tmp_path):
     """ A truncated JPEG that only one process reads: every process ends, rank 0 prints the one line, no process
     prints a traceback (torchrun's own report of the failed launch follows, as for any failed torchrun job). """
