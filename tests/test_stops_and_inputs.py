@@ -68,11 +68,8 @@ def test_a_lock_left_by_a_dead_run_is_taken_over(tmp_path, capsys):
     assert (run / 'last.pth.tar').exists() and not (run / '.timm-structinit.lock').exists()
 
 
-def _stop_after(cmd, pattern: str, signum: int, timeout: float = 600, group: bool = False):
-    """ Run cmd, send signum once its output shows pattern: to the process, or with `group` to its whole process
-    group, loader workers included, as `timeout`, SLURM and a closing terminal do. """
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            start_new_session=group)
+def _stop_after(cmd, pattern: str, signum: int, timeout: float = 600):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     seen = ''
     deadline = time.monotonic() + timeout
     while pattern not in seen and time.monotonic() < deadline:
@@ -80,10 +77,7 @@ def _stop_after(cmd, pattern: str, signum: int, timeout: float = 600, group: boo
         if not line:
             break
         seen += line
-    if group:
-        os.killpg(proc.pid, signum)
-    else:
-        proc.send_signal(signum)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     return proc.returncode, seen + out, err
 
@@ -110,22 +104,6 @@ def test_sigterm_after_an_epoch_says_how_to_resume(tmp_path):
     assert len(lines) == 1 and 'interrupted (SIGTERM)' in lines[0] and '--resume' in lines[0], err
     last = tmp_path / 'out' / 'later' / 'last.pth.tar'
     assert last.exists() and not (tmp_path / 'out' / 'later' / '.timm-structinit.lock').exists()
-
-
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP])
-def test_a_stop_sent_to_the_process_group_spares_the_loader_workers(signum, tmp_path):
-    """ With loader workers, the signal reaches them too; torch's workers would die of it and the main process
-    would print a traceback for the dead worker. One line, and no process left behind. """
-    data = _folder(tmp_path / 'data', per_class=64)
-    cmd = _train_cmd(data, tmp_path / 'out', '--experiment', 'group', '--epochs', 5, '--batch-size', 2,
-                     '--workers', 2, '--log-interval', 1)
-    code, out, err = _stop_after(cmd, 'Train: epoch 2 [', signum, group=True)  # the workers are loading
-    assert code == 128 + signum, (out, err)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and f'interrupted ({signal.Signals(signum).name})' in lines[0], err
-    time.sleep(1)
-    left = subprocess.run(['pgrep', '-f', str(tmp_path / 'out')], capture_output=True, text=True).stdout.split()
-    assert not left, left
 
 
 def test_a_failing_process_ends_a_distributed_run_with_one_line(tmp_path):

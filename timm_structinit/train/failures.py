@@ -3,9 +3,6 @@
 * SIGTERM and SIGHUP (what `timeout`, SLURM, Docker and Kubernetes send) stop a run as Ctrl-C does: the epoch in
   progress is abandoned, a new run that finished no epoch removes what it wrote, and the resume line is printed;
   the exit status is 128 + the signal's number.
-* The loader's worker processes ignore those two signals, which `timeout`, SLURM and a closing terminal send to the
-  whole process group: torch's workers die of a SIGTERM that does not come from their main process, and the main
-  process then reports the dead worker with a traceback. The main process handles the stop and ends its workers.
 * In a distributed run, the process that fails posts its one-line error in the launcher's key-value store (the one
   `torchrun` serves at MASTER_ADDR:MASTER_PORT) and exits. torchrun then stops the others; the process of rank 0
   prints the first posted line (its own or another rank's), every other process prints nothing, and none prints a
@@ -14,13 +11,9 @@
 import os
 import signal
 from datetime import timedelta
-from functools import partial
 from typing import Callable, Dict, Optional, Tuple
 
-__all__ = ['RunStopped', 'STOP_SIGNALS', 'stop_on_signals', 'workers_ignore_stop_signals', 'post_failure',
-           'posted_failure', 'rank', 'world_size']
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+__all__ = ['RunStopped', 'stop_on_signals', 'post_failure', 'posted_failure', 'rank', 'world_size']
 
 _KEY = 'timm_structinit/failure'
 
@@ -33,7 +26,7 @@ class RunStopped(KeyboardInterrupt):
         self.signum = signum
 
 
-def stop_on_signals(signums=STOP_SIGNALS) -> Callable[[], None]:
+def stop_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
     """ Make each of `signums` raise RunStopped in the main thread; returns a function putting the previous
     handlers back. """
     def handler(signum, frame):
@@ -46,21 +39,6 @@ def stop_on_signals(signums=STOP_SIGNALS) -> Callable[[], None]:
         except (ValueError, OSError):  # not the main thread, or a platform without that signal
             pass
     return lambda: [signal.signal(s, h) for s, h in previous.items()]
-
-
-def _init_worker_ignoring_stop_signals(worker_id: int, init: Optional[Callable[[int], None]] = None) -> None:
-    for signum in STOP_SIGNALS:  # after torch's own worker handlers are set, so this one holds
-        signal.signal(signum, signal.SIG_IGN)
-    if init is not None:
-        init(worker_id)
-
-
-def workers_ignore_stop_signals(loader) -> None:
-    """ Make the worker processes of `loader` (a DataLoader, or timm's PrefetchLoader around one) ignore SIGTERM
-    and SIGHUP; its own `worker_init_fn` still runs after. A module-level partial, so spawned workers can get it. """
-    inner = getattr(loader, 'loader', loader)
-    if getattr(inner, 'num_workers', 0) > 0:
-        inner.worker_init_fn = partial(_init_worker_ignoring_stop_signals, init=inner.worker_init_fn)
 
 
 def rank() -> int:
