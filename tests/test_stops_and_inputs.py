@@ -106,6 +106,69 @@ def test_sigterm_after_an_epoch_says_how_to_resume(tmp_path):
     assert last.exists() and not (tmp_path / 'out' / 'later' / '.timm-structinit.lock').exists()
 
 
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_sent_to_the_whole_process_group_is_one_line(signum, tmp_path):
+    """ `timeout`, SLURM, a closing terminal and Ctrl-C signal every process of the group, the loader's workers
+    too: the run still ends with its one line (workers die quietly, torch does not report them, a batch being
+    handed over is not reported by the worker, a stop while workers are forked is not lost). """
+    data = _folder(tmp_path / 'data', per_class=64)
+    cmd = _train_cmd(data, tmp_path / 'out', '--experiment', 'group', '--epochs', 20, '--batch-size', 2,
+                     '--workers', 2, '--log-interval', 8)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    seen = ''
+    while 'Train: epoch 3 [  16/' not in seen:  # mid-epoch: the workers are handing batches over
+        line = proc.stdout.readline()
+        assert line, seen
+        seen += line
+    os.killpg(proc.pid, signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, (seen + out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and 'interrupted' in lines[0] and '--resume' in lines[0], err
+
+
+def test_a_stop_while_the_loader_forks_is_raised_after_it():
+    """ The stop is recorded while held and raised when the held code ends, never inside it (Python swallows an
+    exception raised in an at-fork hook); torch's SIGCHLD handler is set aside until the run's handlers go. """
+    from timm_structinit.train import failures
+    before = signal.getsignal(signal.SIGCHLD)
+    restore = failures.stop_on_signals()
+    reached = False
+    try:
+        with pytest.raises(failures.RunStopped) as stopped:
+            with failures._stops_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.01)
+                reached = True
+        assert reached and stopped.value.signum == signal.SIGTERM
+        assert signal.getsignal(signal.SIGCHLD) is failures._children_ignored
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGCHLD) is before
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_a_command_starts_is_one_line(signum):
+    """ Importing torch and timm takes seconds before a command's own handlers are in place. """
+    script = ('import os, signal, sys, time; sys.argv[0] = "timm-structinit-train"; '
+              'from timm_structinit.startup import quiet_startup_stops; quiet_startup_stops(); '
+              f'os.kill(os.getpid(), {int(signum)}); time.sleep(30)')
+    done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, env=ENV, timeout=60)
+    assert done.returncode == 128 + signum, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and 'while starting' in lines[0], done.stderr
+    # the real command, stopped early: whichever handler is in place by then, one line
+    proc = subprocess.Popen([sys.executable, '-m', 'timm_structinit.train', '--help'], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    time.sleep(0.5)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 128 + signum) and 'Traceback' not in err, err
+    assert len([line for line in err.splitlines() if line.strip()]) <= 1, err
+
+
 def test_a_failing_process_ends_a_distributed_run_with_one_line(tmp_path):
     """ A truncated JPEG that only one process reads: every process ends, rank 0 prints the one line, no process
     prints a traceback (torchrun's own report of the failed launch follows, as for any failed torchrun job). """

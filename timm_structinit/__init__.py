@@ -2,6 +2,8 @@
 
 Importing this package registers its models with timm, so `timm.create_model('vit_tiny_patch2_32_mimetic')` works.
 """
+from .startup import quiet_startup_stops
+quiet_startup_stops()  # first: before torch and timm take their seconds to import
 from .pillow_compat import make_posterize_zero_bits_safe
 from .inits import apply_init, list_inits, make_init_cfg, register_init
 from .vision_transformer import CIFAR10_MEAN, CIFAR10_STD, StructVisionTransformer

@@ -30,7 +30,9 @@ class TargetMassTracker:
     def __init__(self, dataset_eval, loader_kwargs: Dict, output_dir: str, start_epoch: int = 0) -> None:
         count = min(MASS_IMAGES, len(dataset_eval))
         fixed = ClassBalancedSubset(dataset_eval, count, seed=0, flag='target-mass batch')
-        loader = create_loader(fixed, batch_size=count, is_training=False, **{**loader_kwargs, 'distributed': False})
+        # read once, in this process: a worker for 64 images is only one more process for a stop signal to reach
+        loader = create_loader(fixed, batch_size=count, is_training=False,
+                               **{**loader_kwargs, 'distributed': False, 'num_workers': 0})
         self.images = next(iter(loader))[0]
         self.csv_path = os.path.join(output_dir, 'target_mass.csv')
         self.rows = [r for r in _read_rows(self.csv_path) if r['epoch'] <= start_epoch]  # a resumed run's history

@@ -21,6 +21,7 @@ from ..kwargs import format_kwargs
 from ..data import ClassBalancedSubset, DataError, build_dataset, dataset_classes, dataset_targets
 from .checks import in_chans, mixup_active, resume_path
 from .config import ConfigError
+from .failures import quiet_worker_starts
 
 _logger = logging.getLogger('train')
 
@@ -204,6 +205,7 @@ def build_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_trai
         num_aug_repeats=args.aug_repeats, **loader_common)
     loader_eval = create_loader(
         dataset_eval, batch_size=args.validation_batch_size or args.batch_size, is_training=False, **eval_options)
+    quiet_worker_starts(loader_train), quiet_worker_starts(loader_eval)
     train_sampler = getattr(getattr(loader_train, 'loader', loader_train), 'sampler', None)
     if hasattr(train_sampler, 'seed'):
         train_sampler.seed = args.seed  # timm builds the DistributedSampler with seed 0; follow --seed

@@ -3,17 +3,28 @@
 * SIGTERM and SIGHUP (what `timeout`, SLURM, Docker and Kubernetes send) stop a run as Ctrl-C does: the epoch in
   progress is abandoned, a new run that finished no epoch removes what it wrote, and the resume line is printed;
   the exit status is 128 + the signal's number.
+* The data loader's workers take no part in a stop. A stop sent to the whole process group (Ctrl-C in a terminal,
+  `timeout`, SLURM, a closing terminal) ends them silently, and torch's SIGCHLD handler, which would report each as a
+  failed worker while the run is already ending, is set aside until the run returns. A stop that comes while the
+  loader forks its workers is raised once it is done (see `_stops_held`).
 * In a distributed run, the process that fails posts its one-line error in the launcher's key-value store (the one
   `torchrun` serves at MASTER_ADDR:MASTER_PORT) and exits. torchrun then stops the others; the process of rank 0
   prints the first posted line (its own or another rank's), every other process prints nothing, and none prints a
   traceback for a collective operation that failed because a peer was gone.
 """
+import multiprocessing
 import os
 import signal
+import sys
+import traceback
+from contextlib import contextmanager
 from datetime import timedelta
+from multiprocessing.context import ForkContext, ForkProcess
 from typing import Callable, Dict, Optional, Tuple
 
-__all__ = ['RunStopped', 'stop_on_signals', 'post_failure', 'posted_failure', 'rank', 'world_size']
+__all__ = [
+    'RunStopped', 'stop_on_signals', 'quiet_worker_starts', 'post_failure', 'posted_failure', 'rank', 'world_size',
+]
 
 _KEY = 'timm_structinit/failure'
 
@@ -26,19 +37,144 @@ class RunStopped(KeyboardInterrupt):
         self.signum = signum
 
 
-def stop_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
-    """ Make each of `signums` raise RunStopped in the main thread; returns a function putting the previous
-    handlers back. """
-    def handler(signum, frame):
-        raise RunStopped(signum)
+def _stop(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else RunStopped(signum)
 
+
+class _Stops:
+    """ The process's stop state: while `depth` > 0 (inside `_stops_held`) a stop signal is recorded in `pending`
+    instead of raised; `sigchld` is SIGCHLD's handler from before a stop set the children aside. """
+    depth = 0
+    pending: Optional[int] = None
+    sigchld: object = None
+
+
+_SIGCHLD = getattr(signal, 'SIGCHLD', None)
+_WORKER_STOPS = tuple(getattr(signal, name) for name in ('SIGINT', 'SIGTERM', 'SIGHUP') if hasattr(signal, name))
+
+
+def _children_ignored(signum, frame) -> None:
+    """ SIGCHLD's handler once the run stops. A Python function, not SIG_DFL: Python reports a signal that came
+    while its handler was a Python function and is no longer one when it checks ("Signal 17 ignored due to race
+    condition"). """
+
+
+def _set_children_aside() -> None:
+    """ Workers stopped by the same signal are not failures: without torch's SIGCHLD handler, which would report
+    each as a failed worker, the loader joins them quietly when the epoch in progress is abandoned. Done again when
+    a held stop is raised, since torch installs that handler when a loader's first iterator is made. """
+    if _SIGCHLD is None:
+        return
+    current = signal.getsignal(_SIGCHLD)
+    if current is not _children_ignored:
+        if _Stops.sigchld is None:
+            _Stops.sigchld = current
+        signal.signal(_SIGCHLD, _children_ignored)
+
+
+def stop_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
+    """ Make each of `signums` raise RunStopped in the main thread, and SIGINT KeyboardInterrupt as Python does;
+    returns a function putting the previous handlers back (SIGCHLD's too, which a stop sets aside). """
     previous: Dict[int, object] = {}
-    for signum in signums:
+
+    def handler(signum, frame):
+        _set_children_aside()
+        if _Stops.depth:
+            _Stops.pending = _Stops.pending or signum
+            return
+        raise _stop(signum)
+
+    for signum in (signal.SIGINT, *signums):
         try:
             previous[signum] = signal.signal(signum, handler)
         except (ValueError, OSError):  # not the main thread, or a platform without that signal
             pass
-    return lambda: [signal.signal(s, h) for s, h in previous.items()]
+
+    def restore() -> None:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+        if _Stops.sigchld is not None:
+            signal.signal(_SIGCHLD, _Stops.sigchld)
+            _Stops.sigchld = None
+    return restore
+
+
+@contextmanager
+def _stops_held():
+    """ A stop signal that comes in the enclosed code is raised when it ends, not inside it. Python runs a fork's
+    at-fork hooks with the exceptions they raise swallowed ("Exception ignored in ... _releaseLock"), which would
+    lose the stop, and torch's loader iterator stopped half-made fails in its __del__ on attributes its __init__ did
+    not reach. (Blocking the signals would not do: another thread of the process may receive them.) """
+    _Stops.depth += 1
+    try:
+        yield
+    finally:
+        _Stops.depth -= 1
+        if not _Stops.depth and _Stops.pending is not None:
+            signum, _Stops.pending = _Stops.pending, None
+            _set_children_aside()
+            raise _stop(signum)
+
+
+def _end_worker(signum, frame) -> None:
+    """ A stop signal in a loader worker: end it by the signal, as the default action does, without a word. """
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
+
+
+def _quiet_resource_sharer(excepthook):
+    """ `excepthook` (sys.excepthook, which multiprocessing's resource sharer calls for its errors) except for a
+    connection that the main process closed while this worker handed it a tensor's file descriptor: the main
+    process is stopping, there is nothing to report. """
+    def hook(exc_type, exc, tb):
+        frames = traceback.extract_tb(tb) if tb is not None else []
+        if issubclass(exc_type, (ConnectionError, EOFError)) and \
+                any(f.filename.endswith(os.path.join('multiprocessing', 'resource_sharer.py')) for f in frames):
+            return
+        excepthook(exc_type, exc, tb)
+    return hook
+
+
+class _QuietWorkerProcess(ForkProcess):
+    """ A data loader worker that takes no part in stopping the run: a stop signal sent to it (with the whole
+    process group) ends it silently, and the main process stopping in the middle of receiving a batch from it is not
+    reported as the worker's error. It is forked with the stops held (see `_quiet_start_class`). """
+
+    def run(self) -> None:
+        # The fork copied the main process's handlers, which would raise KeyboardInterrupt or RunStopped here and
+        # print the worker's traceback. torch's loader then replaces SIGTERM's with its own, which also ends it.
+        for signum in _WORKER_STOPS:
+            signal.signal(signum, _end_worker)
+        if _Stops.pending is not None:  # a stop that reached this process between the fork and now
+            _end_worker(_Stops.pending, None)
+        sys.excepthook = _quiet_resource_sharer(sys.excepthook)
+        super().run()
+
+
+class _QuietWorkerContext(ForkContext):
+    Process = _QuietWorkerProcess
+
+
+def _quiet_start_class(loader_class: type) -> type:
+    """ `loader_class` whose iterator, which forks the workers, is made with the stops held (`_stops_held`): a stop
+    that comes meanwhile is raised once the iterator is whole. """
+    def __iter__(self):
+        with _stops_held():
+            return loader_class.__iter__(self)
+    return type(f'QuietStart{loader_class.__name__}', (loader_class,), {'__iter__': __iter__})
+
+
+def quiet_worker_starts(loader):
+    """ Make `loader`'s workers (timm's PrefetchLoader unwrapped) start with the stops held and take no part in a
+    stop. A loader with no workers, its own start method or a start method other than fork (which does not copy
+    the handlers) is left as it is. Returns `loader`. """
+    inner = getattr(loader, 'loader', loader)
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if getattr(inner, 'num_workers', 0) > 0 and getattr(inner, 'multiprocessing_context', None) is None \
+            and method == 'fork':
+        inner.multiprocessing_context = _QuietWorkerContext()
+        inner.__class__ = _quiet_start_class(type(inner))  # the same instance: timm's wrappers keep it
+    return loader
 
 
 def rank() -> int:
