@@ -7,8 +7,10 @@ Every run here is tiny: a one-block width-32 ViT on 8x8 images, a handful of ima
 import errno
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -215,6 +217,25 @@ def test_full_disk_during_export_leaves_nothing(tmp_path, capsys, monkeypatch):
     line = one_error_line(capsys.readouterr().err, 'timm-structinit export')
     assert f'cannot write the export to {target}: No space left on device' in line
     assert list(tmp_path.iterdir()) == []  # no export folder, no staging folder
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_during_export_leaves_nothing(signum, tmp_path, capsys, monkeypatch):
+    """ `timeout`, SLURM or a closing terminal stop `timm-structinit` as Ctrl-C does: one line, 128 + the signal,
+    and the export being staged is removed (the default action would leave it for the next export to clean). """
+    def stopped(self, *args, **kwargs):
+        os.kill(os.getpid(), signum)
+        time.sleep(1)  # the handler runs at the next bytecode: this line is never finished
+        raise AssertionError('the stop signal was not acted on')
+
+    monkeypatch.setattr(pathlib.Path, 'write_text', stopped)  # the model card, the last file written
+    before = signal.getsignal(signum)
+    code = cli.main(['export', 'vit_tiny_patch2_32_mimetic', str(tmp_path / 'export'), '--model-kwargs',
+                     *TINY_KWARGS])
+    assert code == 128 + signum
+    assert capsys.readouterr().err == f'timm-structinit export: interrupted ({signal.Signals(signum).name})\n'
+    assert list(tmp_path.iterdir()) == []  # no export folder, no staging folder
+    assert signal.getsignal(signum) is before
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -288,14 +288,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     # library warnings are still shown, but as plain lines
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s: %(message)s')
+    from .train.failures import RunStopped, stop_on_signals  # here: the training package imports this module
+    restore_signals = stop_on_signals()  # SIGTERM and SIGHUP as Ctrl-C: what a command was writing is removed
     try:
         return COMMANDS[args.command].run(args)
-    except KeyboardInterrupt:
-        print(f'{PROG} {args.command}: interrupted', file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
+        print(f'{PROG} {args.command}: interrupted{name}', file=sys.stderr)
+        return 128 + getattr(e, 'signum', 2)
     except _expected_errors() as e:
         print(f'{PROG} {args.command}: error: {error_line(e)}', file=sys.stderr)
         return exit_status(e)
+    finally:
+        restore_signals()
 
 
 if __name__ == '__main__':
