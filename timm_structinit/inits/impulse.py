@@ -35,7 +35,7 @@ from torch import nn
 
 from ..pos_embed import set_pos_embed_scale_, sincos_pos_embed
 from .heads import write_qk_, zero_attention_bias_
-from .impulse_solvers import SOLVERS, solve_cost
+from .impulse_solvers import SOLVERS, WARM_START, solve_cost
 from .mimetic import MimeticCfg, mimetic_vproj_init_
 
 __all__ = [
@@ -166,10 +166,12 @@ class ImpulseCfg:
     share_layers: bool = False  # one set of offsets and one solve for every layer (the authors' 2024 default)
     solver: str = field(default='fast', metadata={'choices': tuple(SOLVERS)})
     # fast solver
-    # L-BFGS evaluations of the objective; 0: as many as the width and the grid need (`fast_evaluations`: 25 for
+    # L-BFGS evaluations of the objective; 0: as many as the width and the grid need (`fast_evaluations`: 12 for
     # ViT-T on a 16 x 16 grid, more for wider models, whose capped logits can grow larger, and for smaller grids)
     fast_iters: int = field(default=0, metadata={'range': (0, 10 ** 6)})
     reuse_solutions: bool = True
+    # the closed-form start's norm against the random start's (`_closed_form_start`); 0: the random start alone
+    warm_start: float = field(default=WARM_START, metadata={'range': (0.0, float('inf'))})
     # adam (2024 reference) solver
     adam_iters: int = field(default=10000, metadata={'range': (1, 10 ** 7)})
     adam_lr: float = field(default=1e-4, metadata=_POSITIVE)
@@ -201,7 +203,7 @@ class ImpulseCfg:
 
     def solver_options(self) -> Dict[str, Any]:
         if self.solver == 'fast':
-            return dict(iters=self.fast_iters, reuse_solutions=self.reuse_solutions)
+            return dict(iters=self.fast_iters, reuse_solutions=self.reuse_solutions, warm_start=self.warm_start)
         if self.solver == 'adam':
             return dict(iters=self.adam_iters, lr=self.adam_lr, norm_every=self.norm_every)
         return dict(
