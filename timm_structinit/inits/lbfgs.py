@@ -29,10 +29,11 @@ def _direction(g: torch.Tensor, s: torch.Tensor, y: torch.Tensor, weight: torch.
     gram = s @ y.mT                                                   # (B, m, m): s_j . y_i
     eye = torch.eye(s.shape[1], dtype=g.dtype)
     later = torch.triu(gram, 1) * weight[:, :, None]
-    a = torch.linalg.solve_triangular(eye + later, (weight * (s @ q[:, :, None])[..., 0])[..., None], upper=True)
+    # the vector products as row vector @ matrix: a batched matrix @ column vector is ~10x slower on CPU
+    a = torch.linalg.solve_triangular(eye + later, (weight * (q[:, None] @ s.mT)[:, 0])[..., None], upper=True)
     r = h0 * (q - (a.mT @ y)[:, 0])
     earlier = torch.tril(gram.mT, -1)
-    rhs = weight[:, :, None] * ((y @ r[:, :, None]) + earlier @ a)
+    rhs = weight[:, :, None] * ((r[:, None] @ y.mT).mT + earlier @ a)
     b = torch.linalg.solve_triangular(eye + earlier * weight[:, :, None], rhs, upper=False)
     return r + ((a - b).mT @ s)[:, 0]
 
