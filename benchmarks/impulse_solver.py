@@ -10,18 +10,21 @@ W_k, both against nq). The 2025 closed form is listed for reference; it solves a
 
     python benchmarks/impulse_solver.py --out benchmarks/results/impulse_solver.txt
 
-`--scaling 8 16 32` instead times `apply_init(model, 'impulse')` on `vit_tiny_patch2_32_impulse3` built for grids of
-8 x 8, 16 x 16 and 32 x 32 tokens (img_size 16, 32, 64), and one forward pass of the same model's first attention
-layer over its own grid (batch 1), each in a fresh process that reports its time (median of --repeats) and its peak
-memory above what the process held before (Linux: the peak resident set, reset before the first run). The exponents
-say how each grows with the token count N (p = 2: as N^2, the N x N maps; p = 1: as N):
+`--scaling 8 16 32 64` instead times `apply_init(model, 'impulse')` on `vit_tiny_patch2_32_impulse3` built for grids
+of 8 x 8 to 64 x 64 tokens (img_size 16 to 128), and one forward pass of the same model's first attention layer over
+its own grid (batch 1), each in --processes fresh processes that report their time (median of --repeats) and their
+peak memory above what the process held before (Linux: the peak resident set, reset before the first run); the table
+holds the medians over the processes, and the init's memory again with glibc's mmap threshold fixed (`init MB*`:
+what the init asks the allocator for, without the freed pieces of the maps glibc may keep). The exponents say how each
+grows with the token count N (p = 2: as N^2, the N x N maps; p = 1: as N):
 
-    python benchmarks/impulse_solver.py --scaling 8 16 32 --out benchmarks/results/impulse_scaling.txt
+    python benchmarks/impulse_solver.py --scaling 8 16 32 64 --out benchmarks/results/impulse_scaling.txt
 """
 import argparse
 import datetime
 import json
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -34,6 +37,9 @@ from timm_structinit.inits.impulse import draw_offsets, impulse_target
 from timm_structinit.inits.impulse_solvers import SOLVERS
 from timm_structinit.inits.impulse import pseudo_input
 from results_file import write_lines
+
+# glibc's mmap threshold held at its default starting value (128 KiB) instead of rising with every freed block
+FIXED_MMAP = {'MALLOC_MMAP_THRESHOLD_': '131072'}
 
 CASES = {'ViT-T': (192, 3), 'ViT-S': (384, 6)}
 
@@ -110,30 +116,40 @@ def measure(kind: str, side: int, repeats: int) -> dict:
 
 def scaling(args) -> list:
     lines = [f'# vit_tiny_patch2_32_impulse3 (D 192, 3 heads, 12 layers, 3x3 offsets): the impulse init (apply_init) '
-             f'and one forward pass of its first attention layer, batch 1, each in a fresh process on 1 thread; '
-             f'median of {args.repeats} after a first run, whose peak resident memory above the start is the memory column',
-             f'{"grid":>7} {"N":>5} {"init s":>8} {"init MB":>8} {"attn ms":>8} {"attn MB":>8} {"init/attn":>9} '
-             f'{"init ns/N^2":>11}']
+             f'and one forward pass of its first attention layer, batch 1, each in {args.processes} fresh processes on 1 '
+             f'thread, each timing the median of {args.repeats} runs after a first run whose peak resident memory above '
+             f'the start it reports; the medians over the processes. init MB*: the same with glibc\'s mmap threshold '
+             f'fixed ({FIXED_MMAP}), which keeps the allocator from holding on to freed 1 MB pieces of the maps, so it '
+             f'is the memory the init asks for; with the default dynamic threshold the peak varies from process to '
+             f'process by up to ~300 MB at 64 x 64',
+             f'{"grid":>7} {"N":>5} {"init s":>8} {"init MB":>8} {"init MB*":>8} {"attn ms":>8} {"attn MB":>8} '
+             f'{"init/attn":>9} {"init ns/N^2":>11}']
     print('\n'.join(lines), flush=True)
     results = []
     for side in args.scaling:
         row = {'side': side, 'tokens': side * side}
-        for kind in ('init', 'attention'):
-            out = subprocess.run([sys.executable, __file__, '--measure', kind, str(side), '--repeats', str(args.repeats)],
-                                 check=True, capture_output=True, text=True).stdout
-            row[kind] = json.loads(out.strip().splitlines()[-1])
+        for kind, env in (('init', {}), ('attention', {}), ('init_fixed', FIXED_MMAP)):
+            runs = []
+            for _ in range(args.processes):
+                out = subprocess.run(
+                    [sys.executable, __file__, '--measure', kind.split('_')[0], str(side), '--repeats', str(args.repeats)],
+                    check=True, capture_output=True, text=True, env={**os.environ, **env}).stdout
+                runs.append(json.loads(out.strip().splitlines()[-1]))
+            row[kind] = {key: statistics.median(run[key] for run in runs) for key in ('seconds', 'peak_bytes')}
         results.append(row)
         n2 = float(row['tokens']) ** 2
         lines.append(f'{side:>3} x {side:<3} {row["tokens"]:>5} {row["init"]["seconds"]:8.3f} '
-                     f'{row["init"]["peak_bytes"] / 1e6:8.1f} {row["attention"]["seconds"] * 1e3:8.2f} '
+                     f'{row["init"]["peak_bytes"] / 1e6:8.1f} {row["init_fixed"]["peak_bytes"] / 1e6:8.1f} '
+                     f'{row["attention"]["seconds"] * 1e3:8.2f} '
                      f'{row["attention"]["peak_bytes"] / 1e6:8.1f} '
                      f'{row["init"]["seconds"] / row["attention"]["seconds"]:9.0f} {row["init"]["seconds"] / n2 * 1e9:11.1f}')
         print(lines[-1], flush=True)
     for a, b in zip(results, results[1:]):
         tokens = math.log(b['tokens'] / a['tokens'])
         exponent = {f'{kind} {what}': math.log(max(b[kind][key], floor) / max(a[kind][key], floor)) / tokens
-                    for kind in ('init', 'attention')
-                    for what, key, floor in (('time', 'seconds', 1e-9), ('memory', 'peak_bytes', 2 ** 20))}
+                    for kind in ('init', 'init_fixed', 'attention')
+                    for what, key, floor in (('time', 'seconds', 1e-9), ('memory', 'peak_bytes', 2 ** 20))
+                    if not (kind == 'init_fixed' and what == 'time')}
         lines.append(f'# {a["side"]}x{a["side"]} -> {b["side"]}x{b["side"]} (N x{b["tokens"] / a["tokens"]:.0f}, N^2 '
                      f'x{(b["tokens"] / a["tokens"]) ** 2:.0f}): grows as N^p with p = '
                      + ', '.join(f'{k} {v:.2f}' for k, v in exponent.items()) + ' (memory under 1 MB counted as 1 MB)')
@@ -149,6 +165,7 @@ def main(argv=None) -> None:
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--scaling', type=int, nargs='*', default=None, help='grid sides: time and memory vs the grid')
     parser.add_argument('--repeats', type=int, default=3, help='--scaling: timed runs per measurement')
+    parser.add_argument('--processes', type=int, default=3, help='--scaling: fresh processes per measurement')
     parser.add_argument('--measure', nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument('--out', default='', help='also write the report to this file')
     args = parser.parse_args(argv)
