@@ -480,7 +480,8 @@ def plot_curves(results: List[dict], names: List[str], out: Path, title: str, ke
     """ One line per run of `results[i][key]` against the epoch, a colour per init, dashed for seed 1. """
     from timm_structinit.figures import new_figure, save_figure
     from matplotlib import colormaps
-    colors = dict(zip(names, colormaps['tab10'].colors))
+    palette = colormaps['tab10' if len(names) <= 10 else 'tab20'].colors  # 11 arms in the papers' regime
+    colors = {name: palette[i % len(palette)] for i, name in enumerate(names)}
     fig = new_figure(figsize=(7, 4.5))
     ax = fig.subplots()
     seen = set()
