@@ -87,6 +87,14 @@ def test_folder_without_images_is_refused(tmp_path, capsys):
     assert not (tmp_path / 'out').exists()
 
 
+def test_a_single_class_is_refused(tmp_path, capsys):
+    data = image_folder(tmp_path / 'data', classes=('cat',))
+    code, out, err = run_train([*TINY, *FAST, '--data-dir', data, '--output', tmp_path / 'out'], capsys)
+    assert code == 2
+    assert "--train-split 'train'" in one_error_line(err) and "holds one class ('cat')" in err
+    assert not (tmp_path / 'out').exists()
+
+
 @pytest.mark.parametrize('workers', [0, 1])
 def test_corrupt_image_is_named(tmp_path, capsys, workers):
     """ timm's dataset would log a warning and train on the next image instead; a loader worker wraps the error. """
@@ -156,6 +164,16 @@ def test_config_that_is_not_utf8(tmp_path, capsys):
     assert f"--config '{cfg}' is not UTF-8 text (byte 0xe9" in line
 
 
+@pytest.mark.parametrize('text, key, lines', [('lr: 0.1\nepochs: 2\nlr: 0.2\n', 'lr', '1 and 3'),
+                                              ('model_kwargs:\n  depth: 1\n  depth: 2\n', 'depth', '2 and 3')])
+def test_a_key_given_twice_in_a_config_is_refused(text, key, lines, tmp_path, capsys):
+    cfg = tmp_path / 'twice.yaml'
+    cfg.write_text(text)
+    code, out, err = run_train(['-c', cfg, *DIGITS, '--output', tmp_path / 'out'], capsys)
+    assert code == 2
+    assert f"key '{key}' is given twice (lines {lines})" in one_error_line(err)
+
+
 @pytest.mark.parametrize('output', ['a-file', 'a-file/run'])
 def test_output_that_is_a_file(tmp_path, capsys, output):
     data = image_folder(tmp_path / 'data')
@@ -169,6 +187,75 @@ def test_output_that_is_a_file(tmp_path, capsys, output):
     code = cli.main(['export', 'vit_tiny_patch2_32_mimetic', str(tmp_path / output), '--model-kwargs', 'depth=1'])
     assert code == 2
     one_error_line(capsys.readouterr().err, 'timm-structinit export')
+
+
+def test_output_the_file_system_refuses_is_one_line(tmp_path, capsys):
+    """ A folder the permission check passes but the file system will not make (/proc takes no new folders). """
+    data = image_folder(tmp_path / 'data')
+    code, out, err = run_train([*TINY, *FAST, '--data-dir', data, '--output', '/proc/timm-structinit-runs'], capsys)
+    assert code == 2
+    assert 'cannot create the output folder /proc/timm-structinit-runs/' in one_error_line(err)
+    assert not os.path.exists('/proc/timm-structinit-runs')
+
+
+def _file_size_limit(limit: int):
+    """ A subprocess's preexec_fn: every file it writes is capped at `limit` bytes (RLIMIT_FSIZE), so a longer
+    write fails as on a full disk (Python ignores SIGXFSZ; the write returns EFBIG). """
+    def apply():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def _run_capped(argv, limit: int) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, preexec_fn=_file_size_limit(limit),
+                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+
+
+def test_a_checkpoint_the_disk_refuses_is_one_line_and_leaves_nothing(tmp_path):
+    data = image_folder(tmp_path / 'data')
+    out = tmp_path / 'out'
+    # args.yaml and summary.csv fit in 20 kB, the first checkpoint does not
+    proc = _run_capped([sys.executable, '-m', 'timm_structinit.train', *map(str, [*TINY, *FAST, '--data-dir', data,
+                        '--output', out, '--experiment', 'full'])], 20_000)
+    assert proc.returncode == 1, proc.stderr
+    line = one_error_line(proc.stderr)
+    assert f'cannot write a checkpoint in the output folder {out / "full"}: ' in line, line
+    assert not out.exists()  # the first epoch never finished: the run's folders go too
+
+
+def test_a_refused_save_keeps_the_last_whole_checkpoint_and_says_how_to_resume(tmp_path):
+    from timm_structinit.train.output import OutputWriteError, writing_output
+    for name in ('last.pth.tar', 'model_best.pth.tar', 'checkpoint-2.pth.tar'):
+        (tmp_path / name).write_bytes(b'x' * 100)  # an earlier epoch's, whole
+    with pytest.raises(OutputWriteError) as error:
+        with writing_output(str(tmp_path)):
+            (tmp_path / 'tmp.pth.tar').write_bytes(b'x' * 10)  # torch.save's half-written file
+            (tmp_path / 'checkpoint-3.pth.tar').write_bytes(b'x' * 10)  # a copy cut short
+            raise RuntimeError('[enforce fail at inline_container.cc:672] . unexpected pos 10 vs 7')
+    assert sorted(os.listdir(tmp_path)) == ['checkpoint-2.pth.tar', 'last.pth.tar', 'model_best.pth.tar']
+    assert f'continue with --resume {tmp_path / "last.pth.tar"} once there is room' in str(error.value)
+    with pytest.raises(RuntimeError, match='not a write'):  # any other error is not taken for a refused write
+        with writing_output(str(tmp_path)):
+            raise RuntimeError('not a write')
+
+
+def test_files_the_disk_refuses_in_export_and_show_are_named(tmp_path):
+    command = [sys.executable, '-m', 'timm_structinit.cli']
+    target = tmp_path / 'export'
+    proc = _run_capped([*command, 'export', 'vit_tiny_patch2_32_mimetic', str(target), '--model-kwargs',
+                        *TINY_KWARGS], 2_000)
+    assert proc.returncode == 1
+    line = one_error_line(proc.stderr, 'timm-structinit export')
+    assert f'cannot write the export to {target}: ' in line and '[Errno' not in line, line
+    assert list(tmp_path.iterdir()) == []
+    figure = tmp_path / 'maps.png'
+    proc = _run_capped([*command, 'show', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', *TINY_KWARGS, '--out',
+                        str(figure)], 2_000)
+    assert proc.returncode == 1
+    line = one_error_line(proc.stderr, 'timm-structinit show')
+    assert f'cannot write the figure {figure}: File too large' in line, line
+    assert list(tmp_path.iterdir()) == []
 
 
 def assert_unwritable_refused(data, locked, capsys):
@@ -330,6 +417,8 @@ def test_valid_auto_augment_policies_pass(policy):
     (['--lr', 'fast'], TRAIN_PROG, "argument --lr: invalid float value: 'fast'"),
     (['-c'], TRAIN_PROG, 'argument -c/--config: expected one argument'),
     (['--model-kwargs', 'depth'], TRAIN_PROG, "--model-kwargs expects key=value pairs, got 'depth'"),
+    (['--model-kwargs', 'depth=1', 'embed_dim=32', 'depth=2'], TRAIN_PROG,
+     '--model-kwargs sets depth more than once (depth=1, depth=2)'),
 ])
 def test_train_usage_error_is_one_line(argv, prog, expected, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -344,6 +433,10 @@ def test_train_usage_error_is_one_line(argv, prog, expected, capsys):
     (['exprot'], 'timm-structinit', "invalid choice: 'exprot'"),
     (['export', 'vit_tiny_patch2_32_mimetic'], 'timm-structinit export', 'required: DIR'),
     (['show', 'm', '--layer', 'one'], 'timm-structinit show', "argument --layer: invalid int value: 'one'"),
+    # the training command's --model is not an abbreviation of --model-kwargs here
+    (['export', '--model', 'vit_tiny_patch2_32_mimetic', 'out'], 'timm-structinit export',
+     'unrecognized arguments: --model; name the model without --model: timm-structinit export MODEL'),
+    (['show', 'm', '--layr', '2'], 'timm-structinit show', 'unrecognized arguments: --layr 2; did you mean --layer?'),
 ])
 def test_cli_usage_error_is_one_line(argv, prog, expected, capsys):
     with pytest.raises(SystemExit) as exit_:

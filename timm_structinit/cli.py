@@ -18,6 +18,7 @@ that is not empty or not writable) and 1 when the work itself failed (a full dis
 import argparse
 import logging
 import sys
+from difflib import get_close_matches
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
@@ -56,6 +57,17 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """ An ArgumentParser whose usage errors are one line naming the offending option, not the whole usage. """
 
     def error(self, message: str):
+        if message.startswith('unrecognized arguments:') and '--model' in message.split()[2:] and any(
+                action.dest == 'model' and not action.option_strings for action in self._actions):
+            # timm-structinit-train takes --model; these commands take the model as their first argument
+            message += f'; name the model without --model: {self.prog} MODEL ...'
+        elif message.startswith('unrecognized arguments:'):
+            options = [option for action in self._actions for option in action.option_strings]
+            unknown = [word.split('=')[0] for word in message.split()[2:] if word.startswith('--')]
+            close = {match for word in unknown
+                     for match in [o for o in options if o.startswith(word)][:1] or get_close_matches(word, options, 1, 0.75)}
+            if close:
+                message += f'; did you mean {", ".join(sorted(close))}?'
         self.exit(2, f'{self.prog}: error: {message} (see {self.prog} --help)\n')
 
 
@@ -272,9 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
                                'the training recipes.')
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
     for name, command in COMMANDS.items():
-        sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        # no abbreviations: `--model` (the training command's option) would silently mean --model-kwargs here
+        sub = subparsers.add_parser(name, help=command.help, description=command.help, allow_abbrev=False)
         command.add_arguments(sub)
     return parser
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    return next(action.choices[command] for action in parser._actions
+                if isinstance(action, argparse._SubParsersAction))
 
 
 def _expected_errors() -> tuple:
@@ -285,7 +303,9 @@ def _expected_errors() -> tuple:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """ Run the command line with `argv` (default: sys.argv[1:]) and return the exit code. """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, which knows its options
+        _subparser(parser, args.command).error(f'unrecognized arguments: {" ".join(unknown)}')
     # library warnings are still shown, but as plain lines
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s: %(message)s')
     from .train.failures import RunStopped, stop_on_signals  # here: the training package imports this module

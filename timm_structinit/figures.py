@@ -20,8 +20,13 @@ def new_figure(**kwargs: Any) -> Any:
 def save_figure(fig: Any, out: Union[str, Path], **savefig_kwargs: Any) -> Path:
     """ Lay out `fig` and write it to `out` (its folder made if missing) under a temporary name, then rename. """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    with atomic_file(out) as tmp:
-        fig.savefig(tmp, **savefig_kwargs)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(out) as tmp:
+            fig.savefig(tmp, **savefig_kwargs)
+    except OSError as e:  # a full or read-only file system: name the figure, not the staging file
+        error = OSError(f'cannot write the figure {out}: {e.strerror or e}')
+        error.errno = e.errno
+        raise error from None
     return out

@@ -353,8 +353,9 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
             _write_export(model, staging, model_name, info, load_id)
         except (OSError, safetensors.SafetensorError) as e:
             reason = getattr(e, 'strerror', None) or _one_line(e)
-            raise OSError(getattr(e, 'errno', None), f'cannot write the export to {target}: {reason}; nothing was '
-                                                     f'written') from None
+            error = OSError(f'cannot write the export to {target}: {reason}; nothing was written')
+            error.errno = getattr(e, 'errno', None)  # kept for callers, out of the message
+            raise error from None
     return target
 
 

@@ -37,7 +37,9 @@ from .checks import check_args, resume_path
 from .config import PROG, ConfigError, build_parser, parse_args, save_args
 from .failures import RunStopped, post_failure, posted_failure, rank, stop_on_signals, world_size
 from .loop import mean_lr, seed_epoch, train_one_epoch, validate
-from .output import claim_output_dir, output_dir, plot_summary, release_output_dir, remove_unfinished_run
+from .output import (
+    OutputWriteError, claim_output_dir, output_dir, plot_summary, release_output_dir, remove_unfinished_run,
+    writing_output)
 
 __all__ = ['main', 'train', 'parse_args', 'check_args', 'build_parser', 'ConfigError', 'train_one_epoch', 'validate',
            'seed_epoch', 'plot_summary']
@@ -213,9 +215,10 @@ def _open_output(run: _Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
         checkpoint_dir=out, recovery_dir=out, decreasing=args.eval_metric == 'loss', max_history=args.checkpoint_hist)
     if run.continuing:
         run.saver.load_state_dict_from_checkpoint(resume_path(args.resume))
-    trim_summary(os.path.join(out, 'summary.csv'), run.start_epoch)
-    if not run.continuing or not os.path.exists(os.path.join(out, 'args.yaml')):
-        save_args(args, os.path.join(out, 'args.yaml'))
+    with writing_output(out):
+        trim_summary(os.path.join(out, 'summary.csv'), run.start_epoch)
+        if not run.continuing or not os.path.exists(os.path.join(out, 'args.yaml')):
+            save_args(args, os.path.join(out, 'args.yaml'))
     if args.log_wandb:  # as timm's train.py; the run folder goes to ./wandb (or $WANDB_DIR)
         import wandb
         wandb.init(project=args.wandb_project, config=vars(args), tags=args.wandb_tags or None,
@@ -226,7 +229,8 @@ def _open_output(run: _Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
         # an impulse model: follow the mass on its targets from the start (or the resumed epoch) on
         run.tracker = TargetMassTracker(dataset_eval, eval_options, out, run.start_epoch)
         if not any(r['epoch'] == run.start_epoch for r in run.tracker.rows):
-            first = run.tracker.measure(unwrap_model(run.model), run.start_epoch)
+            with writing_output(out):
+                first = run.tracker.measure(unwrap_model(run.model), run.start_epoch)
             print(f'target mass at epoch {run.start_epoch}: {first["mean"]:.3f} (layers '
                   f'{" ".join(f"{v:.2f}" for k, v in first.items() if k.startswith("layer"))})', flush=True)
 
@@ -291,20 +295,22 @@ def _save_epoch(run: _Run, epoch: int, train_metrics: Dict[str, float], eval_met
                 lr: float, epoch_time: float) -> None:
     """ Summary row, checkpoint, the epoch's line and, with --plot, the figures. """
     out = run.output_dir
-    mass = run.tracker.measure(unwrap_model(run.model), epoch + 1) if run.tracker is not None else None
     summary_csv = os.path.join(out, 'summary.csv')
-    update_summary(epoch, train_metrics, {**{k: v for k, v in eval_metrics.items() if k != 'count'},
-                                          **mass_columns(mass)}, summary_csv, lr=lr, log_wandb=run.args.log_wandb)
-    run.saver.save_checkpoint(epoch, metric=metric)
+    with writing_output(out):
+        mass = run.tracker.measure(unwrap_model(run.model), epoch + 1) if run.tracker is not None else None
+        update_summary(epoch, train_metrics, {**{k: v for k, v in eval_metrics.items() if k != 'count'},
+                                              **mass_columns(mass)}, summary_csv, lr=lr, log_wandb=run.args.log_wandb)
+        run.saver.save_checkpoint(epoch, metric=metric)
     ema_text = f'  ema top-1 {eval_metrics["ema_top1"]:.2f}%' if 'ema_top1' in eval_metrics else ''
     print(f'epoch {epoch + 1:>3d}/{run.num_epochs}  train loss {train_metrics["loss"]:.4f}  '
           f'eval loss {eval_metrics["loss"]:.4f}  top-1 {eval_metrics["top1"]:.2f}%{ema_text}  '
           f'lr {lr:.2e}  {train_metrics["img_per_sec"]:.0f} img/s  {epoch_time:.1f}s'
           + (f'  target mass {mass["mean"]:.3f}' if mass is not None else ''), flush=True)
     if run.args.plot:
-        plot_summary(summary_csv, os.path.join(out, 'summary.png'))
-        if run.tracker is not None:
-            run.tracker.plot(os.path.join(out, 'target_mass.png'), run.args.model)
+        with writing_output(out):
+            plot_summary(summary_csv, os.path.join(out, 'summary.png'))
+            if run.tracker is not None:
+                run.tracker.plot(os.path.join(out, 'target_mass.png'), run.args.model)
 
 
 def _stopped(run: _Run, epoch: int, interrupted: Optional[BaseException]) -> None:
@@ -361,7 +367,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         train(args)
     except (ConfigError, DataError) as e:
         return _failed(2, e)
-    except (FloatingPointError, ImageReadError) as e:
+    except (FloatingPointError, ImageReadError, OutputWriteError) as e:
         return _failed(1, e)
     except KeyboardInterrupt as e:
         status = 128 + getattr(e, 'signum', signal.SIGINT)

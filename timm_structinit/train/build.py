@@ -48,6 +48,10 @@ def build_datasets(args: argparse.Namespace):
         dataset_eval = ClassBalancedSubset(dataset_eval, args.val_subset, args.subset_seed, '--val-subset')
     classes = dataset_classes(dataset_train)
     num_classes = len(classes) if classes else int(max(dataset_targets(dataset_train), default=-1)) + 1
+    if num_classes < 2:  # one class trains to a trivial 100% on any data
+        where = f' ({train_root})' if train_root else ''
+        raise DataError(f'--train-split {args.train_split!r}{where} holds one class'
+                        + (f' ({classes[0]!r})' if classes else '') + '; a classifier needs at least two')
     if args.num_classes is None:
         args.num_classes = args.model_kwargs.get('num_classes', num_classes)
     if args.num_classes < num_classes:

@@ -234,12 +234,34 @@ def _config_actions(parser: argparse.ArgumentParser) -> Dict[str, argparse.Actio
     return {a.dest: a for a in parser._actions if a.dest not in _CLI_ONLY}
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """ yaml's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently). """
+
+
+def _unique_key_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Dict[Any, Any]:
+    lines: Dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = lines.setdefault(key, key_node.start_mark.line + 1)
+        except TypeError:  # an unhashable key: construct_mapping names it
+            break
+        if first != key_node.start_mark.line + 1:
+            raise yaml.constructor.ConstructorError(
+                None, None, f'key {key!r} is given twice (lines {first} and {key_node.start_mark.line + 1})',
+                key_node.start_mark)
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_key_mapping)
+
+
 def _read_yaml(path: str) -> Dict[Any, Any]:
     if not os.path.isfile(path):
         raise ConfigError(f'--config {path!r}: {unknown_config(path)}')
     try:
         with open(path, 'rb') as f:
-            cfg = yaml.safe_load(f.read().decode('utf-8-sig'))
+            cfg = yaml.load(f.read().decode('utf-8-sig'), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as e:
         raise ConfigError(f'--config {path!r} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset '
                           f'{e.start}); save it as UTF-8') from None

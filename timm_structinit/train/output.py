@@ -3,9 +3,12 @@ when a run leaves nothing to resume, and its summary drawn to a figure. """
 import argparse
 import csv
 import os
+import shutil
 import socket
+import time
+from contextlib import contextmanager
 from datetime import datetime
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from ..figures import new_figure, save_figure
 from .checks import resume_path
@@ -16,6 +19,55 @@ _OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.p
                  'model_best.pth.tar', 'tmp.pth.tar')
 # the file that says which process runs in a folder (created exclusively: one run at a time)
 LOCK_NAME = '.timm-structinit.lock'
+# how torch.save reports a write of its zip container that the file system refused (a full disk, an I/O error)
+_TORCH_WRITE_FAILURES = ('unexpected pos', 'failed writing', 'file write failed')
+
+
+class OutputWriteError(RuntimeError):
+    """ The output folder refused a file of the run (a full or read-only file system): the run stops with one line,
+    keeping the last checkpoint that was written whole. """
+
+
+@contextmanager
+def writing_output(folder: str) -> Iterator[None]:
+    """ Turn a refused write into `folder` (an OSError, or torch.save's RuntimeError for its zip container) into an
+    OutputWriteError that says what was refused and how much room is left; a checkpoint half-written in the attempt
+    is removed. """
+    started = time.time()
+    try:
+        yield
+    except OSError as e:
+        reason = e.strerror or str(e)
+        target = e.filename
+    except RuntimeError as e:
+        if isinstance(e, OutputWriteError) or not any(text in str(e) for text in _TORCH_WRITE_FAILURES):
+            raise
+        reason, target = 'the write failed', None
+    else:
+        return
+    _remove_partial_checkpoints(folder, started)
+    try:
+        free = shutil.disk_usage(folder).free
+        room = f'{free / 2 ** 20:.1f} MiB free there' if free >= 2 ** 20 else f'its file system is full ({free} bytes free)'
+    except OSError:
+        room = 'the folder cannot be read'
+    last = os.path.join(folder, 'last.pth.tar')
+    resume = (f'; the last finished epoch is in {last} (continue with --resume {last} once there is room)'
+              if os.path.exists(last) else '')
+    raise OutputWriteError(f'cannot write {target or "a checkpoint"} in the output folder {os.path.abspath(folder)}: '
+                           f'{reason}, {room}{resume}') from None
+
+
+def _remove_partial_checkpoints(folder: str, since: float) -> None:
+    """ Remove the checkpoints of `folder` a failed save may have left half-written: its temporary file, and any
+    copy of last.pth.tar made since `since` that does not match it in size. """
+    last = os.path.join(folder, 'last.pth.tar')
+    size = os.path.getsize(last) if os.path.exists(last) else None
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        path = os.path.join(folder, name)
+        copy = name == 'model_best.pth.tar' or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))
+        if name == 'tmp.pth.tar' or (copy and os.path.getmtime(path) >= since and os.path.getsize(path) != size):
+            os.remove(path)
 
 
 def _content(path: str) -> List[str]:
@@ -75,11 +127,11 @@ def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[s
     into one folder exactly one goes on; a lock left by a process that is gone is taken over. The folder is checked
     again once claimed (another run may have filled it since `output_dir`). Returns the outermost folder made. """
     created = first_missing(path)
-    os.makedirs(path, exist_ok=True)
     lock = os.path.join(path, LOCK_NAME)
     me = f'{socket.gethostname()} {os.getpid()} {_process_start(os.getpid())}'
     for _ in range(2):
         try:
+            os.makedirs(path, exist_ok=True)
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             try:
@@ -97,8 +149,20 @@ def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[s
             except FileNotFoundError:
                 pass
             continue
-        with os.fdopen(fd, 'w') as f:
-            f.write(me)
+        except OSError as e:
+            # what the permission check before cannot foresee: a read-only or full file system, a pseudo file
+            # system such as /proc; the folders made here go again
+            _remove_empty_folders(path, created)
+            raise ConfigError(f'cannot create the output folder {os.path.abspath(path)}: '
+                              f'{e.strerror or e}; choose another --output') from None
+        try:
+            with os.fdopen(fd, 'w') as f:
+                f.write(me)
+        except OSError as e:
+            os.remove(lock)
+            _remove_empty_folders(path, created)
+            raise ConfigError(f'cannot write in the output folder {os.path.abspath(path)}: '
+                              f'{e.strerror or e}; choose another --output') from None
         break
     else:
         raise ConfigError(f'output folder {os.path.abspath(path)} is being claimed by another run; try again')
@@ -157,8 +221,14 @@ def remove_unfinished_run(path: str, created: Optional[str]) -> None:
     release_output_dir(path)
     for file in _run_files(path):
         os.remove(file)
+    _remove_empty_folders(path, created)
+
+
+def _remove_empty_folders(path: str, created: Optional[str]) -> None:
+    """ Remove `path` and its parents up to `created` (the outermost folder a run made) while they are empty. """
     path = os.path.abspath(path)
-    while created is not None and path.startswith(created) and not os.listdir(path):
+    while (created is not None and os.path.commonpath([path, created]) == created and os.path.isdir(path)
+           and not os.listdir(path)):
         os.rmdir(path)
         path = os.path.dirname(path)
 
