@@ -247,6 +247,20 @@ def test_apply_init_unwraps_data_parallel_and_compiled_models():
         assert record['method'] == 'impulse' and model.struct_init_record is record
 
 
+def test_apply_init_refuses_a_model_on_the_meta_device_and_works_once_it_is_materialized():
+    with torch.device('meta'):
+        model = timm.create_model('vit_tiny_patch2_32', embed_dim=16, depth=1, num_heads=2)
+    before = getattr(model, 'struct_init_record', None)
+    with pytest.raises(ValueError, match=r'on the meta device .*model\.to_empty'):
+        timm_structinit.apply_init(model, 'mimetic', seed=0)
+    assert getattr(model, 'struct_init_record', None) is before  # nothing claims an init was applied
+    model.to_empty(device='cpu')
+    timm_structinit.apply_init(model, 'mimetic', seed=0)
+    qkv = model.blocks[0].attn.qkv.weight
+    product = qkv[:16].T @ qkv[16:32]  # W_q^T W_k: mimetic's +identity trend, so the weights were written
+    assert torch.isfinite(qkv).all() and product.diagonal().mean() > 3 * product.fill_diagonal_(0).abs().mean()
+
+
 def test_an_impulse_grid_beyond_the_budget_is_refused_before_any_work(tmp_path, capsys):
     argv = ['--dataset', 'sklearn/digits', '--model', 'vit_tiny_patch2_32_impulse3', '--model-kwargs', 'img_size=1024',
             'embed_dim=32', 'depth=1', 'num_heads=2', '--output', str(tmp_path / 'out')]

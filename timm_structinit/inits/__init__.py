@@ -195,6 +195,9 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, weight_i
         raise TypeError(f'model must be a torch.nn.Module, got {type(model).__name__}')
     # DataParallel / DistributedDataParallel (.module) and torch.compile (._orig_mod) wrap the model they train
     model = unwrap_model(model)
+    if any(p.is_meta for p in model.parameters()):  # writing into them is a silent no-op
+        raise ValueError(f'{type(model).__name__} has its weights on the meta device (no values to write); '
+                         f"materialize it first (model.to_empty(device='cpu')), then apply_init")
     return apply_init_cfg(model, name, make_init_cfg(name, model_family(model), **kwargs), seed=seed,
                           reset_rest=weight_init == 'reset')
 
