@@ -417,8 +417,6 @@ def test_valid_auto_augment_policies_pass(policy):
     (['--lr', 'fast'], TRAIN_PROG, "argument --lr: invalid float value: 'fast'"),
     (['-c'], TRAIN_PROG, 'argument -c/--config: expected one argument'),
     (['--model-kwargs', 'depth'], TRAIN_PROG, "--model-kwargs expects key=value pairs, got 'depth'"),
-    (['--model-kwargs', 'depth=1', 'embed_dim=32', 'depth=2'], TRAIN_PROG,
-     '--model-kwargs sets depth more than once (depth=1, depth=2)'),
 ])
 def test_train_usage_error_is_one_line(argv, prog, expected, capsys):
     with pytest.raises(SystemExit) as exit_:

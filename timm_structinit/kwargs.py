@@ -18,11 +18,6 @@ class ParseKwargs(timm.utils.ParseKwargs):
             key, sep, _ = item.partition('=')
             if not sep or not key.isidentifier():
                 parser.error(f'{option_string} expects key=value pairs, got {item!r} (e.g. embed_dim=32)')
-        keys = [item.partition('=')[0] for item in values]
-        twice = sorted({key for key in keys if keys.count(key) > 1})
-        if twice:  # timm's parser keeps the last silently; one of the two is a typo
-            given = ', '.join(item for item in values if item.partition('=')[0] in twice)
-            parser.error(f'{option_string} sets {", ".join(twice)} more than once ({given}); give each key once')
         merged = dict(getattr(namespace, self.dest, None) or {})
         super().__call__(parser, namespace, values, option_string)
         setattr(namespace, self.dest, {**merged, **getattr(namespace, self.dest)})
