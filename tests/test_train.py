@@ -159,10 +159,10 @@ def test_killed_run_resumes_from_last_good_checkpoint(reference_run, tmp_path):
     assert state_dicts_close(load(reference_run / 'last.pth.tar'), load(run / 'last.pth.tar'))
 
 
-def test_failed_save_leaves_a_resumable_run(tmp_path, monkeypatch):
-    """ A checkpoint write that fails after the first epoch (a full disk) ends the run with the error; the folder
-    keeps what the finished epoch wrote (it is not removed like a run with nothing to resume), and --resume of the
-    folder finishes the run, the summary cut back to the finished epochs. """
+def test_failed_save_leaves_a_resumable_run(tmp_path, monkeypatch, capsys):
+    """ A checkpoint write that fails after the first epoch (a full disk) ends the run with one line saying how to
+    resume; the folder keeps what the finished epoch wrote (it is not removed like a run with nothing to resume), and
+    --resume of the folder finishes the run, the summary cut back to the finished epochs. """
     save = timm.utils.CheckpointSaver.save_checkpoint
 
     def full_disk_after_epoch_0(saver, epoch, metric=None):
@@ -173,8 +173,10 @@ def test_failed_save_leaves_a_resumable_run(tmp_path, monkeypatch):
     monkeypatch.setattr(timm.utils.CheckpointSaver, 'save_checkpoint', full_disk_after_epoch_0)
     run = tmp_path / 'x'
     argv = [str(a) for a in (*TINY_MODEL, *FAST, *DIGITS, '--train-subset', 64, '--val-subset', 20, '--epochs', 3)]
-    with pytest.raises(OSError, match='No space left'):
-        train_mod.main([*argv, '--output', str(tmp_path), '--experiment', 'x'])
+    assert train_mod.main([*argv, '--output', str(tmp_path), '--experiment', 'x']) == 1
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'No space left on device' in err, err
+    assert f'continue with --resume {run / "last.pth.tar"} once there is room' in err
     assert load(run / 'last.pth.tar')['epoch'] == 0
     assert [int(r['epoch']) for r in read_summary(run / 'summary.csv')] == [0, 1]  # epoch 1's row, not its checkpoint
     monkeypatch.undo()
