@@ -18,8 +18,8 @@ that is not empty or not writable) and 1 when the work itself failed (a full dis
 import argparse
 import logging
 import sys
-from difflib import get_close_matches
 from dataclasses import dataclass
+from difflib import get_close_matches
 from typing import Callable, Dict, Optional, Sequence
 
 from .kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
@@ -57,18 +57,20 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """ An ArgumentParser whose usage errors are one line naming the offending option, not the whole usage. """
 
     def error(self, message: str):
-        if message.startswith('unrecognized arguments:') and '--model' in message.split()[2:] and any(
-                action.dest == 'model' and not action.option_strings for action in self._actions):
-            # timm-structinit-train takes --model; these commands take the model as their first argument
-            message += f'; name the model without --model: {self.prog} MODEL ...'
-        elif message.startswith('unrecognized arguments:'):
-            options = [option for action in self._actions for option in action.option_strings]
-            unknown = [word.split('=')[0] for word in message.split()[2:] if word.startswith('--')]
-            close = {match for word in unknown
-                     for match in [o for o in options if o.startswith(word)][:1] or get_close_matches(word, options, 1, 0.75)}
-            if close:
-                message += f'; did you mean {", ".join(sorted(close))}?'
+        if message.startswith('unrecognized arguments:'):
+            message += self._unknown_option_hint(message.split()[2:])
         self.exit(2, f'{self.prog}: error: {message} (see {self.prog} --help)\n')
+
+    def _unknown_option_hint(self, words: Sequence[str]) -> str:
+        """ What the unrecognized `words` were probably meant as ('' when nothing is close). """
+        if '--model' in words and any(a.dest == 'model' and not a.option_strings for a in self._actions):
+            # timm-structinit-train takes --model; these commands take the model as their first argument
+            return f'; name the model without --model: {self.prog} MODEL ...'
+        options = [option for action in self._actions for option in action.option_strings]
+        close = set()
+        for word in (w.split('=')[0] for w in words if w.startswith('--')):
+            close.update([o for o in options if o.startswith(word)][:1] or get_close_matches(word, options, 1, 0.75))
+        return f'; did you mean {", ".join(sorted(close))}?' if close else ''
 
 
 def error_line(error: BaseException) -> str:

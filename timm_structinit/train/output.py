@@ -48,7 +48,8 @@ def writing_output(folder: str) -> Iterator[None]:
     _remove_partial_checkpoints(folder, started)
     try:
         free = shutil.disk_usage(folder).free
-        room = f'{free / 2 ** 20:.1f} MiB free there' if free >= 2 ** 20 else f'its file system is full ({free} bytes free)'
+        room = (f'{free / 2 ** 20:.1f} MiB free there' if free >= 2 ** 20
+                else f'its file system is full ({free} bytes free)')
     except OSError:
         room = 'the folder cannot be read'
     last = os.path.join(folder, 'last.pth.tar')
@@ -65,7 +66,7 @@ def _remove_partial_checkpoints(folder: str, since: float) -> None:
     size = os.path.getsize(last) if os.path.exists(last) else None
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
         path = os.path.join(folder, name)
-        copy = name == 'model_best.pth.tar' or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))
+        copy = name == 'model_best.pth.tar' or _is_epoch_checkpoint(name)
         if name == 'tmp.pth.tar' or (copy and os.path.getmtime(path) >= since and os.path.getsize(path) != size):
             os.remove(path)
 
@@ -211,7 +212,12 @@ def first_missing(path: str) -> Optional[str]:
 def _run_files(path: str) -> List[str]:
     """ The files of `path` this entry point writes. """
     return [os.path.join(path, name) for name in os.listdir(path)
-            if name in _OUTPUT_FILES or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))]
+            if name in _OUTPUT_FILES or _is_epoch_checkpoint(name)]
+
+
+def _is_epoch_checkpoint(name: str) -> bool:
+    """ A `checkpoint-N.pth.tar` of timm's CheckpointSaver. """
+    return name.startswith('checkpoint-') and name.endswith('.pth.tar')
 
 
 def remove_unfinished_run(path: str, created: Optional[str]) -> None:
