@@ -1,13 +1,13 @@
 """ What the inits are worth: train every init on the shared real CIFAR-10 at CPU scale, through the project's own
 training entry point, and tabulate final and best top-1 against the baseline of the same architecture.
 
-Ten runs: two seeds for the timm-default baseline, mimetic and impulse-3, one for the rest. Scale (stated in every
-output): a ViT of width 128, depth 6, 4 heads, patch 4 on 32x32 (an 8 x 8 token grid), a
+Eleven runs: two seeds for the timm-default and average-pool sin-cos baselines, mimetic and impulse-3, one for the
+rest. Scale (stated in every output): a ViT of width 128, depth 6, 4 heads, patch 4 on 32x32 (an 8 x 8 token grid), a
 class-balanced 8,000-image training subset, 15 epochs, evaluated each epoch on a class-balanced 5,000-image subset of
-the test split. Why this scale: it is the largest at which ten runs fit in about two hours on 2 CPU cores
-(~250 img/s); patch 2 (16 x 16 tokens, as in the papers) costs about 3x more per image, and at width 128 on a 16 x 16
-grid the capped impulse solve leaves only ~15% of the attention mass on the target against ~43% on 8 x 8, so the
-coarser grid is also where the impulse structure is clearest at this width.
+the test split. Why this scale: it is the largest at which these runs fit in about two hours on 2 CPU cores (~250
+img/s); patch 2 (16 x 16 tokens, as in the papers) costs about 3x more per image, and at width 128 on a 16 x 16 grid
+the capped impulse solve leaves only ~15% of the attention mass on the target against ~43% on 8 x 8, so the coarser
+grid is also where the impulse structure is clearest at this width.
 
 Each finished run writes `runs/<run>/result.json`; a rerun skips runs already done, so the benchmark can be spread
 over several sittings. `report` (run automatically at the end) writes `results.md` and `curves.png`.
@@ -289,10 +289,11 @@ def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
     entry = ENTRIES[name]
     result = dict(
         init=name, seed=seed, model=entry.model, model_kwargs=model_kwargs(entry),
-        final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows), epochs=len(rows),
+        final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows),
+        epochs=int(rows[-1]['epoch']) + 1,  # trained; the curve has one point per evaluation (see curve_epochs)
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
         target_mass=[{k: round(v, 4) for k, v in r.items()} for r in mass_rows],
-        seconds=round(time.time() - start, 1), resumed=resumed, command=' '.join(command[1:]),
+        seconds=round(time.time() - start, 1), resumed=resumed,  # a resumed run's seconds: its last sitting only command=' '.join(command[1:]),
         date=datetime.datetime.now().isoformat(timespec='seconds'))
     if name in PAPERS:  # evaluated every few epochs on a subset: the curve's epochs, and the final on every image
         last = rows[-1]['epoch'] + 1
