@@ -124,8 +124,8 @@ PROBES: Dict[str, Entry] = {
 # The impulse study (`--science`): what it takes for impulse Q/K to carry locality into training at this scale.
 # E2 isolates Q/K under a V/proj that transmits (mimetic V/proj on both sides); E3 is the sharp closed-form solve
 # (svd, spectrum cut 0.1) blind to patch content (`content='orthogonal'`, the one setting at the standard table that
-# keeps >= 0.36 of the mass on the target on real images in every layer at step 0, against 0.13-0.18 for the default
-# capped solve: benchmarks/results/impulse_mass.txt), against the standard base; E4 is E3's pick and the standard
+# kept >= 0.36 of the mass on the target on real images in every layer at step 0, against 0.13-0.18 for the default
+# capped solve, when the study was chosen; benchmarks/results/impulse_mass.txt has the current solvers' figures), against the standard base; E4 is E3's pick and the standard
 # base at 40 epochs with the papers' augmentation (RandAugment, Mixup / CutMix).
 MIMETIC_VPROJ_ONLY = {'struct_init': 'mimetic', 'struct_init_kwargs': {'qk': False}}
 SVD_ORTH = {'solver': 'svd', 'content': 'orthogonal'}
@@ -293,7 +293,8 @@ def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
         epochs=int(rows[-1]['epoch']) + 1,  # trained; the curve has one point per evaluation (see curve_epochs)
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
         target_mass=[{k: round(v, 4) for k, v in r.items()} for r in mass_rows],
-        seconds=round(time.time() - start, 1), resumed=resumed,  # a resumed run's seconds: its last sitting only command=' '.join(command[1:]),
+        seconds=round(time.time() - start, 1),  # a resumed run's seconds: its last sitting only
+        resumed=resumed, command=' '.join(command[1:]),
         date=datetime.datetime.now().isoformat(timespec='seconds'))
     if name in PAPERS:  # evaluated every few epochs on a subset: the curve's epochs, and the final on every image
         last = rows[-1]['epoch'] + 1

@@ -59,23 +59,25 @@ GEOMETRIES = [  # (label, model kwargs), every one impulse-3 with PyTorch's defa
 ]
 
 
-def build(model: str, kwargs, seed: int):
+def build(model: str, kwargs, seed: int, arch: dict = ARCH, **model_kwargs):
+    torch.manual_seed(seed)  # the weights the init does not write come from torch's global generator
     if kwargs is None:
-        return timm.create_model(model, **ARCH, struct_init='impulse2025', struct_init_seed=seed)
-    return timm.create_model(model, **ARCH, struct_init_seed=seed, struct_init_kwargs=kwargs)
+        return timm.create_model(model, **arch, struct_init='impulse2025', struct_init_seed=seed, **model_kwargs)
+    return timm.create_model(model, **arch, struct_init_seed=seed, struct_init_kwargs=kwargs, **model_kwargs)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--data-dir', type=Path, default=HERE.parent.parent / 'shared' / 'data' / 'cifar10')
     parser.add_argument('--seeds', type=int, default=2)
-    parser.add_argument('--out', type=Path, default=HERE / 'results' / 'impulse_mass.txt')
+    parser.add_argument('--out', type=Path, help='default: results/impulse_mass.txt (--geometry: '
+                                                 'results/impulse_mass_geometry.txt)')
     parser.add_argument('--geometry', action='store_true',
                         help='the default impulse-3 on the token grids and head widths of the papers\' regime instead')
     args = parser.parse_args(argv)
+    out = args.out or HERE / 'results' / ('impulse_mass_geometry.txt' if args.geometry else 'impulse_mass.txt')
     if args.geometry:
-        return geometry(args.data_dir, args.seeds, HERE / 'results' / 'impulse_mass_geometry.txt'
-                        if args.out == parser.get_default('out') else args.out)
+        return geometry(args.data_dir, args.seeds, out)
     images = load_images(str(args.data_dir / 'test'), build(*SETTINGS[0][1:], 0), 64)
     start = time.time()
     lines = [
@@ -93,7 +95,7 @@ def main(argv=None) -> None:
             lines.append(f'{label:55s} s{seed}  min {min(masses):.3f} | ' + ' '.join(f'{m:.3f}' for m in masses))
             print(lines[-1], flush=True)
     lines.append(f'# {time.time() - start:.0f} s')
-    write_lines(args.out, lines)
+    write_lines(out, lines)
 
 
 def geometry(data_dir: Path, seeds: int, out: Path) -> None:
@@ -112,7 +114,7 @@ def geometry(data_dir: Path, seeds: int, out: Path) -> None:
     for label, arch in GEOMETRIES:
         masses, images = [], None
         for seed in range(seeds):
-            model = timm.create_model('vit_tiny_patch2_32_impulse3', **arch, weight_init='reset', struct_init_seed=seed)
+            model = build('vit_tiny_patch2_32_impulse3', {}, seed, arch, weight_init='reset')
             if images is None:
                 images = load_images(str(data_dir / 'test'), model, 64)
             masses.append(statistics.mean(layer_image_mass(model, images)))
