@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
-__all__ = ['atomic_file', 'atomic_dir', 'remove_stale_staging']
+__all__ = ['atomic_file', 'atomic_dir', 'remove_stale_staging', 'write_refused']
 
 _logger = logging.getLogger(__name__)
 
@@ -34,6 +34,14 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def write_refused(message: str, cause: BaseException) -> OSError:
+    """ An OSError saying `message` (what could not be written, and why) that keeps `cause`'s errno for callers, out
+    of the message (`OSError(errno, message)` would print it as '[Errno N] ...'). """
+    error = OSError(message)
+    error.errno = getattr(cause, 'errno', None)
+    return error
 
 
 @contextmanager

@@ -3,7 +3,7 @@ is written to a temporary file and renamed into place. """
 from pathlib import Path
 from typing import Any, Union
 
-from .atomic import atomic_file
+from .atomic import atomic_file, write_refused
 
 __all__ = ['new_figure', 'save_figure']
 
@@ -26,7 +26,5 @@ def save_figure(fig: Any, out: Union[str, Path], **savefig_kwargs: Any) -> Path:
         with atomic_file(out) as tmp:
             fig.savefig(tmp, **savefig_kwargs)
     except OSError as e:  # a full or read-only file system: name the figure, not the staging file
-        error = OSError(f'cannot write the figure {out}: {e.strerror or e}')
-        error.errno = e.errno
-        raise error from None
+        raise write_refused(f'cannot write the figure {out}: {e.strerror or e}', e) from None
     return out

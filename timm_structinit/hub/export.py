@@ -23,7 +23,7 @@ from timm.utils import load_checkpoint_metadata
 from torch import nn
 
 from .. import __version__
-from ..atomic import atomic_dir
+from ..atomic import atomic_dir, write_refused
 from ..checkpoints import state_dict_mismatch
 from ..inits import rest_init_of
 from ..model_build import check_model_args
@@ -353,9 +353,7 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
             _write_export(model, staging, model_name, info, load_id)
         except (OSError, safetensors.SafetensorError) as e:
             reason = getattr(e, 'strerror', None) or _one_line(e)
-            error = OSError(f'cannot write the export to {target}: {reason}; nothing was written')
-            error.errno = getattr(e, 'errno', None)  # kept for callers, out of the message
-            raise error from None
+            raise write_refused(f'cannot write the export to {target}: {reason}; nothing was written', e) from None
     return target
 
 
