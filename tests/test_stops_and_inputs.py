@@ -169,6 +169,40 @@ def test_a_stop_while_a_command_starts_is_one_line(signum):
     assert len([line for line in err.splitlines() if line.strip()]) <= 1, err
 
 
+# Loads the startup handler without the package (whose import brings torch in), then has a kernel timer signal the
+# process while torch's C++ c10d initialization runs: C++ that calls back into Python runs the handler there.
+_STOP_IN_NATIVE_CODE = """
+import importlib.util, signal, sys
+sys.argv[0] = 'timm-structinit-train'
+spec = importlib.util.spec_from_file_location('startup', {path!r})
+startup = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(startup)
+startup.quiet_startup_stops()
+signal.signal(signal.SIGALRM, signal.getsignal(signal.SIGTERM))  # the timer's signal, to the same handler
+def profile(frame, event, arg):
+    if event == 'c_call' and getattr(arg, '__name__', '') == '_c10d_init':
+        signal.setitimer(signal.ITIMER_REAL, {delay})
+        sys.setprofile(None)
+sys.setprofile(profile)
+import torch
+print('torch imported without a stop', file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize('delay', [0.00005, 0.001])
+def test_a_stop_inside_torchs_native_start_up_is_one_line(delay):
+    """ A stop handled while torch's C++ runs Python code cannot raise through the C++ (the process used to abort
+    with a C++ report and status 134); it ends with the one line. """
+    path = str(Path(timm_structinit.__file__).parent / 'startup.py')
+    script = _STOP_IN_NATIVE_CODE.format(path=path, delay=delay)
+    done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, env=ENV, timeout=120)
+    if 'torch imported without a stop' in done.stderr:
+        pytest.skip('this torch has no C++ c10d initialization to stop in')
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 128 + signal.SIGALRM, done.stderr
+    assert lines == ['timm-structinit-train: interrupted (SIGALRM) while starting: nothing was done'], done.stderr
+
+
 def test_a_failing_process_ends_a_distributed_run_with_one_line(tmp_path):
     """ A truncated JPEG that only one process reads: every process ends, rank 0 prints the one line, no process
     prints a traceback (torchrun's own report of the failed launch follows, as for any failed torchrun job). """

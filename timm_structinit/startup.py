@@ -35,8 +35,12 @@ def quiet_startup_stops() -> None:
         return
 
     def handler(signum, frame):
-        print(f'{name}: interrupted ({signal.Signals(signum).name}) while starting: nothing was done', file=sys.stderr)
-        raise SystemExit(128 + signum)
+        print(f'{name}: interrupted ({signal.Signals(signum).name}) while starting: nothing was done', file=sys.stderr,
+              flush=True)
+        # exit here rather than raise: the handler can run inside native code that calls back into Python (torch's
+        # C++ modules as they initialize), and an exception cannot pass back through it (the process aborts with a
+        # C++ report); nothing needs cleaning up yet
+        os._exit(128 + signum)
 
     for signum in (signal.SIGINT, getattr(signal, 'SIGTERM', None), getattr(signal, 'SIGHUP', None)):
         if signum is not None and signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
