@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 import yaml
 
+from .. import __version__
 from ..atomic import atomic_file
 from ..cli import OneLineArgumentParser, error_line
 from ..kwargs import ParseKwargs
@@ -18,7 +19,7 @@ PROG = 'timm-structinit-train'
 SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
 GRAYSCALE_TORCH_DATASETS = ('mnist', 'kmnist', 'fashion_mnist', 'qmnist')  # single-channel PIL images
 # options that only make sense on the command line are not config keys
-_CLI_ONLY = ('help', 'config')
+_CLI_ONLY = ('help', 'version', 'config')
 # run-specific keys left out of the args.yaml written next to the checkpoints, so it can be reused with -c
 _NOT_SAVED = ('resume', 'experiment', 'overwrite', 'local_rank')
 # options of timm's train.py (timm 1.0.31) that this entry point does not have: each is refused with a pointer to
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('-c', '--config', default='', metavar='RECIPE',
                         help='a packaged recipe name (timm-structinit recipes) or a YAML file whose keys (underscored '
                              'option names) set the defaults; flags override it')
+    parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     for add_group in (_add_data_group, _add_model_group, _add_optimizer_groups, _add_schedule_group,
                       _add_augment_group, _add_run_groups):
         add_group(parser)
