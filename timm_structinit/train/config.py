@@ -123,7 +123,8 @@ def _add_optimizer_groups(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Device')
     group.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help='device')
     group.add_argument('--amp', action='store_true', help='automatic mixed precision')
-    group.add_argument('--amp-dtype', default='float16', choices=('float16', 'bfloat16'), help='AMP dtype')
+    group.add_argument('--amp-dtype', choices=('float16', 'bfloat16'),
+                       help='AMP dtype (default: bfloat16 on CPU, where float16 autocast is slow; float16 elsewhere)')
     group.add_argument('--torchcompile', nargs='?', const='inductor', metavar='BACKEND',
                        help='compile the model with torch.compile (backend default: inductor)')
     group.add_argument('--torchcompile-mode', help="torch.compile mode (e.g. 'reduce-overhead', 'max-autotune')")
@@ -216,8 +217,10 @@ def _add_run_groups(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--val-interval', type=int, default=1, metavar='N',
                        help='epochs between evaluation and checkpointing (the last epoch is always evaluated)')
     group.add_argument('--checkpoint-hist', type=int, default=10, help='numbered checkpoints to keep')
-    group.add_argument('-j', '--workers', type=int, default=4, help='data loading processes per training process')
-    group.add_argument('--pin-mem', action='store_true', help='pin loader memory (faster GPU transfer)')
+    group.add_argument('-j', '--workers', type=int, default=4,
+                       help='data loading processes per training process (at most one per core available)')
+    group.add_argument('--pin-mem', action='store_true',
+                       help='pin loader memory (faster GPU transfer; ignored without an accelerator)')
     group.add_argument('--no-prefetcher', action='store_true', help="do not use timm's batch prefetcher")
     group.add_argument('--output', default='', metavar='DIR', help='output root (default: ./output/train)')
     group.add_argument('--experiment', default='', help='output sub-folder (default: date-time-model)')
