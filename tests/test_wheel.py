@@ -17,6 +17,16 @@ pytestmark = pytest.mark.skipif(not (REPO / '.git').exists() or shutil.which('gi
                                 reason='needs a git checkout of the repository')
 
 
+def see_packages_of_this_interpreter(python: Path) -> None:
+    """ Make the venv of `python` see the packages of the interpreter running the tests. `venv
+    --system-site-packages` shows only the base interpreter's, which inside a virtual environment (where users
+    install) have neither torch nor Pillow: a .pth file in the new venv lists this interpreter's package folders, after
+    the venv's own, so the wheel installed there comes first. """
+    site_packages = Path(_run([python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))']).stdout.strip())
+    ours = [p for p in sys.path if Path(p).name in ('site-packages', 'dist-packages') and Path(p).is_dir()]
+    (site_packages / 'interpreter-running-the-tests.pth').write_text(''.join(f'{p}\n' for p in ours))
+
+
 def _run(cmd, **kwargs):
     done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900, **kwargs)
     assert done.returncode == 0, f'{cmd}\n{done.stdout}\n{done.stderr}'
@@ -32,11 +42,33 @@ def installed(tmp_path_factory):
     _run([sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '--no-build-isolation', '-w', work / 'dist',
           work / 'clone'])
     wheel = next((work / 'dist').glob('timm_structinit-*.whl'))
-    # the environment's other packages (torch, timm, ...) are the machine's; this package only from the wheel
+    # the environment's other packages (torch, timm, ...) are those of the interpreter running the tests; this
+    # package only from the wheel
     _run([sys.executable, '-m', 'venv', '--system-site-packages', work / 'venv'])
     bin_dir = work / 'venv' / 'bin'
+    see_packages_of_this_interpreter(bin_dir / 'python')
     _run([bin_dir / 'python', '-m', 'pip', 'install', '--quiet', '--no-deps', '--no-index', wheel])
     return bin_dir, wheel
+
+
+def test_the_wheel_holds_the_license_and_the_typing_marker(installed):
+    _, wheel = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    licenses = [n for n in names if n.endswith('/licenses/LICENSE')]
+    assert licenses and 'timm_structinit/py.typed' in names
+    text = zipfile.ZipFile(wheel).read(licenses[0]).decode()
+    assert 'Apache License' in text and 'Version 2.0, January 2004' in text and 'END OF TERMS AND CONDITIONS' in text
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith('.dist-info/METADATA'))).decode()
+    assert 'License-Expression: Apache-2.0' in metadata and 'Project-URL: ' in metadata
+
+
+def test_both_commands_print_the_version(installed, tmp_path):
+    bin_dir, wheel = installed
+    version = wheel.name.split('-')[1]  # the wheel's file name: name-version-tags.whl
+    env = dict(os.environ, PYTHONPATH='')
+    for command in ('timm-structinit', 'timm-structinit-train'):
+        done = _run([bin_dir / command, '--version'], cwd=tmp_path, env=env)
+        assert done.stdout == f'{command} {version}\n'
 
 
 def test_the_wheel_holds_the_recipes(installed):
