@@ -1,6 +1,8 @@
 """ What users install: a wheel built from a clean clone of the repository, installed into a fresh virtual environment,
 used from an empty folder that is not the repository. A named paper recipe trains one tiny epoch there. """
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not (REPO / '.git').exists() or shutil.which('git') is None,
                                 reason='needs a git checkout of the repository')
+
+
+def _build_isolation() -> list:
+    """ pip's flag to build with the installed setuptools when it is recent enough for pyproject.toml (so no
+    internet is needed), else none: pip then fetches the build requirement, as `pip install` does for users (a fresh
+    venv has an older setuptools, or none). """
+    floor = re.search(r'"setuptools>=(\d+)', (REPO / 'pyproject.toml').read_text())
+    try:
+        installed = int(importlib.metadata.version('setuptools').split('.')[0])
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    return ['--no-build-isolation'] if floor and installed >= int(floor.group(1)) else []
 
 
 def see_packages_of_this_interpreter(python: Path) -> None:
@@ -38,8 +52,7 @@ def installed(tmp_path_factory):
     """ (the venv's bin folder, the wheel): built from a clean clone of HEAD, installed without the repository. """
     work = tmp_path_factory.mktemp('wheel')
     _run(['git', 'clone', '--quiet', REPO, work / 'clone'])
-    # no build isolation: the build backend (setuptools) is the installed one, as on a machine without internet
-    _run([sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '--no-build-isolation', '-w', work / 'dist',
+    _run([sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', *_build_isolation(), '-w', work / 'dist',
           work / 'clone'])
     wheel = next((work / 'dist').glob('timm_structinit-*.whl'))
     # the environment's other packages (torch, timm, ...) are those of the interpreter running the tests; this
