@@ -179,8 +179,8 @@ NOT_RUN = (
     (r'^torchrun ', 'several processes; tests/test_train.py trains the same way with two'),
     (r'^python train\.py --device-modules', "timm's train.py in its own process; tests/test_timm_scripts.py runs it "
                                             "with --device-modules timm_structinit"),
-    (r'^python timm-scripts/validate\.py --model local-dir:', "plain timm, in a process without this package; "
-                                                              "tests/test_timm_scripts.py runs validate.py on an export"),
+    (r'^python timm-scripts/validate\.py --model local-dir:',
+     'plain timm, in a process without this package; tests/test_timm_scripts.py runs validate.py on an export'),
 )
 TIMM_SCRIPT = re.compile(r'(?<![\w/.-])(?:path/to/|timm-scripts/)?(train|validate|benchmark|inference)\.py\b')
 CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')

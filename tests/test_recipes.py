@@ -79,7 +79,8 @@ def test_the_local_path_pattern():
 
 def test_nothing_shipped_names_a_local_path():
     """ Every file of the package (recipes, code and its messages) and the README: no data folder of this machine. """
-    shipped = [p for p in RECIPES_DIR.parent.rglob('*') if p.suffix in ('.py', '.yaml') and '__pycache__' not in p.parts]
+    shipped = [p for p in RECIPES_DIR.parent.rglob('*')
+               if p.suffix in ('.py', '.yaml') and '__pycache__' not in p.parts]
     assert len(shipped) > 50
     for path in [*shipped, REPO / 'README.md']:
         for number, line in enumerate(path.read_text(encoding='utf-8').splitlines(), 1):
