@@ -60,7 +60,9 @@ def installed(tmp_path_factory):
     _run([sys.executable, '-m', 'venv', '--system-site-packages', work / 'venv'])
     bin_dir = work / 'venv' / 'bin'
     see_packages_of_this_interpreter(bin_dir / 'python')
-    _run([bin_dir / 'python', '-m', 'pip', 'install', '--quiet', '--no-deps', '--no-index', wheel])
+    # without the caller's PYTHONPATH: a source tree on it (its egg-info) would count as this package installed
+    _run([bin_dir / 'python', '-m', 'pip', 'install', '--quiet', '--no-deps', '--no-index', wheel],
+         env=dict(os.environ, PYTHONPATH=''))
     return bin_dir, wheel
 
 
