@@ -124,7 +124,7 @@ def _add_optimizer_groups(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help='device')
     group.add_argument('--amp', action='store_true', help='automatic mixed precision')
     group.add_argument('--amp-dtype', choices=('float16', 'bfloat16'),
-                       help='AMP dtype (default: bfloat16 on CPU, where float16 autocast is slow; float16 elsewhere)')
+                       help='AMP dtype; unset: bfloat16 on CPU (float16 autocast is slow there), float16 elsewhere')
     group.add_argument('--torchcompile', nargs='?', const='inductor', metavar='BACKEND',
                        help='compile the model with torch.compile (backend default: inductor)')
     group.add_argument('--torchcompile-mode', help="torch.compile mode (e.g. 'reduce-overhead', 'max-autotune')")
