@@ -1,6 +1,9 @@
 """ Every command in the README and in docs/ keeps working as written: each option exists in the program it is given to,
-each recipe, model, script and file it names exists, each link points to a file and heading that exist, and each
-Python example runs. """
+each recipe, model, script and file it names exists, each link points to a file and heading that exist, each Python
+example runs, and each command that can run here runs, in the order the docs give them (a later command may use what
+an earlier one wrote), shrunk through options a user could add (one epoch on a few images); the others are skipped
+with the reason. """
+import logging
 import re
 import shlex
 from pathlib import Path
@@ -8,16 +11,18 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+from PIL import Image
 
 import timm_structinit  # noqa: F401
 from timm_structinit import cli
+from timm_structinit import run as run_mod
 from timm_structinit import train as train_mod
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / 'README.md', *sorted((REPO / 'docs').glob('*.md'))]
 TIMM_SCRIPTS = REPO.parent / 'shared' / 'timm-scripts'
 # commands a user runs that are not this project's programs, or that fetch or install things
-OTHER_PROGRAMS = ('pip', 'git', 'bash', 'cd', 'hf', 'ln', 'timeout')
+OTHER_PROGRAMS = ('pip', 'git', 'bash', 'cd', 'hf', 'ln', 'timeout', '.')
 
 
 def _blocks(path: Path, language: str):
@@ -37,9 +42,9 @@ def _without_substitutions(line: str) -> str:
     return line
 
 
-def _commands():
-    """ (doc, command tokens) of every shell command in a bash block: continuations joined, comments dropped,
-    `a && b` split. """
+def _command_lines():
+    """ (doc, command line, command tokens) of every shell command in a bash block: continuations joined, comments
+    dropped, `a && b` split. """
     for path in DOCS:
         for block in _blocks(path, 'bash'):
             for line in block.replace('\\\n', ' ').splitlines():
@@ -51,10 +56,11 @@ def _commands():
                     while tokens and re.fullmatch(r'[A-Z_]+=\S*', tokens[0]):  # VAR=value prefixes
                         tokens = tokens[1:]
                     if tokens:
-                        yield path.relative_to(REPO), tokens
+                        yield path.relative_to(REPO), ' '.join(part.split()), tokens
 
 
-COMMANDS = list(_commands())
+COMMAND_LINES = list(_command_lines())
+COMMANDS = [(doc, tokens) for doc, _, tokens in COMMAND_LINES]
 
 
 def _module_args(tokens, module):
@@ -100,13 +106,13 @@ def test_documented_command(doc, tokens):
         if args.command == 'recipes' and args.name:
             timm_structinit.recipes.recipe_path(args.name)
         return
-    if program == 'python' and tokens[1:3] == ['-m', 'pytest'] or program in OTHER_PROGRAMS:
+    if program == 'python' and tokens[1:3] in (['-m', 'pytest'], ['-m', 'venv']) or program in OTHER_PROGRAMS:
         return
     run_args = _module_args(tokens, 'timm_structinit.run')
     script_args = run_args if run_args is not None else tokens[1:] if program == 'python' else None
     assert script_args, f'{doc}: unexpected command {" ".join(tokens)}'
     script = script_args[0]
-    if script.startswith('benchmarks/'):
+    if script.startswith(('benchmarks/', 'docs/')):
         assert (REPO / script).is_file(), f'{doc}: no {script}'
         _check_options(script_args[1:], _script_options(REPO / script) | {'--help'}, script)
     else:  # one of timm's scripts, wherever the user keeps them: its options as timm publishes them
@@ -153,3 +159,140 @@ def test_python_example_runs(doc, code):
         exec(compile(code, str(doc), 'exec'), {'__name__': '__doc_example__'})
     finally:
         torch.set_num_threads(threads)
+
+
+# --- running the documented commands -------------------------------------------------------------------------------
+
+# (pattern in a command line, why the command is not run here)
+NOT_RUN = (
+    (r'^python -m venv|^\. \S+/activate', 'makes and enters a virtual environment; the tests run in the one they '
+                                           'were installed into'),
+    (r'^pip ', 'installs packages; the tests run in the environment they were installed into'),
+    (r'^python -m pytest', 'the test suite itself'),
+    (r'^bash \.ci/run', 'CI: a fresh install and the whole suite'),
+    (r'^git clone', "needs internet; the tests take timm's scripts from ../shared/timm-scripts"),
+    (r'benchmarks/compare_inits\.py', 'hours of training; the benchmark is checked by its own runs'),
+    (r'--data-dir data/cifar100', 'downloads CIFAR-100 (the 2025 recipes fetch their data); tests/test_recipes.py '
+                                  'checks the recipe'),
+    (r'hf-hub:', "reads a model from the Hugging Face Hub; tests/test_hub.py covers the Hub's layout"),
+    # each of these starts processes that import torch again (half a minute here); the same runs are tested
+    (r'^torchrun ', 'several processes; tests/test_train.py trains the same way with two'),
+    (r'^python train\.py --device-modules', "timm's train.py in its own process; tests/test_timm_scripts.py runs it "
+                                            "with --device-modules timm_structinit"),
+    (r'^python timm-scripts/validate\.py --model local-dir:',
+     'plain timm, in a process without this package; tests/test_timm_scripts.py runs validate.py on an export'),
+)
+TIMM_SCRIPT = re.compile(r'(?<![\w/.-])(?:path/to/|timm-scripts/)?(train|validate|benchmark|inference)\.py\b')
+CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
+# one epoch on a few images, the same for every training command
+OUR_TRAINING = ['--epochs', '1', '--warmup-epochs', '0', '--train-subset', '64', '--val-subset', '32', '--batch-size',
+                '16', '--workers', '0', '--log-interval', '1000']
+TIMM_TRAINING = ['--epochs', '1', '--warmup-epochs', '0', '-b', '8', '--workers', '0', '--model-kwargs', 'depth=1']
+
+
+def _skip_reason(line: str):
+    return next((reason for pattern, reason in NOT_RUN if re.search(pattern, line)), None)
+
+
+def _runnable():
+    """ (doc, line) of each distinct command, in the docs' order (the README first). """
+    seen = set()
+    for doc, line, _ in COMMAND_LINES:
+        if line not in seen:
+            seen.add(line)
+            yield doc, line
+
+
+RUNNABLE = list(_runnable())
+
+
+def _shrink(tokens):
+    """ The options a user could add that make the command quick here. """
+    train_args = _module_args(tokens, 'timm_structinit.train')
+    if tokens[0] == 'timm-structinit-train' or train_args is not None:
+        if '--resume' in tokens:
+            return [*OUR_TRAINING, '--epochs', '2']  # one more epoch than the run it continues
+        args = train_mod.parse_args(tokens[1:] if train_args is None else train_args)
+        # a ViT at its registered depth (a paper recipe's 12 blocks): one block; a depth the docs give stays, as a
+        # later command may load the checkpoint
+        registered_depth = args.model.startswith('vit_') and 'depth' not in args.model_kwargs and not (
+            args.pretrained or args.initial_checkpoint)
+        return [*OUR_TRAINING, *(['--model-kwargs', 'depth=1'] if registered_depth else [])]
+    script = next((Path(t).name for t in tokens if t.endswith('.py')), '')
+    if script == 'train.py':
+        return TIMM_TRAINING
+    if script == 'benchmark.py':
+        return ['-b', '2', '--num-warm-iter', '1', '--num-bench-iter', '5']  # timm logs every num_bench_iter // 5
+    if script in ('validate.py', 'inference.py'):
+        return ['--workers', '0']
+    if tokens[:2] == ['timm-structinit', 'show'] and '--images' in tokens:
+        return ['--num-images', '8']
+    if tokens[:2] == ['timm-structinit', 'push'] and '--dry-run' not in tokens:
+        return ['--dry-run']  # prints what would be sent; nothing leaves the machine
+    return []
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+    """ The folder every documented command runs in, with a tiny CIFAR-10 image folder (8 training and 4 test
+    images a class) for `path/to/cifar10`. """
+    root = tmp_path_factory.mktemp('docs')
+    g = torch.Generator().manual_seed(0)
+    for split, count in (('train', 8), ('test', 4)):
+        for c, name in enumerate(CIFAR10_CLASSES):
+            (root / 'cifar10' / split / name).mkdir(parents=True)
+            for i in range(count):
+                pixels = torch.rand(32, 32, 3, generator=g) * 200 + c * 5
+                Image.fromarray(pixels.byte().numpy()).save(root / 'cifar10' / split / name / f'{i}.png')
+    return root
+
+
+def _resolve(line: str, workdir: Path) -> str:
+    """ The command line with its placeholders replaced by what stands for them here. """
+    line = line.replace('path/to/cifar10', str(workdir / 'cifar10'))
+    line = line.replace('output/train/<run>', 'output/train/resumable')
+    return TIMM_SCRIPT.sub(lambda m: str(TIMM_SCRIPTS / f'{m.group(1)}.py'), line)
+
+
+def _main_and_argv(tokens):
+    """ The entry point a command calls and its arguments: this package's commands run in this process (each
+    process would import torch and timm again). """
+    for module, main in (('timm_structinit.train', train_mod.main), ('timm_structinit.run', run_mod.main)):
+        if tokens[0] == 'python' and _module_args(tokens, module) is not None:
+            return main, _module_args(tokens, module)
+    if tokens[0] in ('timm-structinit-train', 'timm-structinit'):
+        return (train_mod.main if tokens[0] == 'timm-structinit-train' else cli.main), tokens[1:]
+    if tokens[0] == 'python' and tokens[1].startswith('docs/'):  # a script of this repository
+        return (lambda argv: run_mod.run_script(str(REPO / argv[0]), argv[1:])), tokens[1:]
+    raise AssertionError(f'no way to run {" ".join(tokens)!r} here: run it, or say in NOT_RUN why not')
+
+
+def _run(tokens, capsys) -> None:
+    main, argv = _main_and_argv(tokens)
+    threads, handlers, level = torch.get_num_threads(), list(logging.root.handlers), logging.root.level
+    torch.set_num_threads(1)
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    finally:  # timm's scripts log through handlers on this test's captured streams: leave none behind
+        torch.set_num_threads(threads)
+        logging.root.handlers[:], logging.root.level = handlers, level
+    out, err = capsys.readouterr()
+    assert code == 0, f'{" ".join(tokens)}\nexit status {code}\n{out[-3000:]}\n{err[-3000:]}'
+
+
+@pytest.mark.parametrize('doc,line', RUNNABLE, ids=[f'{d}:{line[:70]}' for d, line in RUNNABLE])
+def test_documented_command_runs(doc, line, workdir, monkeypatch, capsys):
+    reason = _skip_reason(line)
+    if reason:
+        pytest.skip(reason)
+    if TIMM_SCRIPT.search(line) and not (TIMM_SCRIPTS / 'train.py').is_file():
+        pytest.skip(f"timm's scripts not found at {TIMM_SCRIPTS}")
+    tokens = shlex.split(_resolve(line, workdir))
+    while re.fullmatch(r'[A-Z_]+=\S*', tokens[0]):  # VAR=value prefixes: the tests run on one thread anyway
+        tokens = tokens[1:]
+    monkeypatch.chdir(workdir)
+    if '--resume' in tokens:  # first the run it continues: one epoch of the same command
+        _run([*tokens[:tokens.index('--resume')], *OUR_TRAINING, '--experiment', 'resumable'], capsys)
+    _run([*tokens, *_shrink(tokens)], capsys)

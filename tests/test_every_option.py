@@ -147,7 +147,8 @@ def _call(main, argv) -> int:
 
 
 def _options(parser):
-    return {max(a.option_strings, key=len) for a in parser._actions if a.option_strings and a.dest != 'help'}
+    return {max(a.option_strings, key=len) for a in parser._actions
+            if a.option_strings and a.dest not in ('help', 'version')}
 
 
 def test_every_training_option_has_an_invalid_case():

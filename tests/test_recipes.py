@@ -1,7 +1,9 @@
 """ The training recipes ship inside the package, are addressed by name from any folder, are listed with their
 sources, and the 2025 paper's recipes carry the authors' commands option by option. """
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -49,7 +51,7 @@ def test_2025_recipes_carry_the_authors_commands(method, monkeypatch):
     for dataset, classes in [*DATASETS_2025.items(), ('imagenet', 1000)]:
         size = 'base' if dataset == 'imagenet' else 'tiny'
         name = f'{method}2025_vit_{size}_patch16_224_{dataset}'
-        args = train_mod.parse_args(['-c', name])
+        args = train_mod.parse_args(['-c', name, '--data-dir', 'data'])  # no recipe names one
         train_mod.check_args(args)
         facts = PAPER_2025_IMAGENET if dataset == 'imagenet' else dict(PAPER_2025_SMALL, num_classes=classes)
         for key, value in facts.items():
@@ -60,6 +62,38 @@ def test_2025_recipes_carry_the_authors_commands(method, monkeypatch):
             or dataset == 'imagenet'
         if dataset != 'imagenet':
             assert args.dataset == f'torch/{dataset}'
+
+
+# a path that means something only on the machine that wrote it: parent-relative, or absolute under a local root
+LOCAL_PATH = re.compile(r'(?<![\w.])\.\./\w|(?<![\w:/.])/(?:work|home|tmp|root|mnt|data|Users)/|\bshared/(?:data|timm)')
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_local_path_pattern():
+    found = [t for t in ('--data-dir ../shared/data/cifar10', 'data_dir: /work/shared/x', 'at /home/me/data',
+                         'shared/data/cifar10') if LOCAL_PATH.search(t)]
+    assert len(found) == 4
+    assert not LOCAL_PATH.search('https://arxiv.org/abs/2305.09828 --data-dir path/to/cifar10 output/train/x '
+                                 'a.b/c ../ DIR/train/')
+
+
+def test_nothing_shipped_names_a_local_path():
+    """ Every file of the package (recipes, code and its messages) and the README: no data folder of this machine. """
+    shipped = [p for p in RECIPES_DIR.parent.rglob('*')
+               if p.suffix in ('.py', '.yaml') and '__pycache__' not in p.parts]
+    assert len(shipped) > 50
+    for path in [*shipped, REPO / 'README.md']:
+        for number, line in enumerate(path.read_text(encoding='utf-8').splitlines(), 1):
+            assert not LOCAL_PATH.search(line), f'{path.relative_to(REPO)}:{number}: {line.strip()}'
+
+
+@pytest.mark.parametrize('name', [n for n in list_recipes() if n != 'digits'])
+def test_no_recipe_names_a_data_folder_and_the_error_says_to_pass_one(name, tmp_path, monkeypatch):
+    assert 'data_dir' not in yaml.safe_load(recipe_path(name).read_text()), name
+    monkeypatch.setenv('WORLD_SIZE', '16')  # the ImageNet recipes repeat augmentations across processes
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(train_mod.ConfigError, match=r'needs --data-dir DIR: the folder'):
+        train_mod.check_args(train_mod.parse_args(['-c', name]))
 
 
 def test_recipes_resolve_by_name_from_any_folder(tmp_path, monkeypatch):

@@ -148,6 +148,34 @@ def test_run_passes_arguments_and_exit_status(tmp_path):
     assert report.read_text() == repr((True, ['--model', 'x', '-b', '2'], '__main__'))
 
 
+@pytest.mark.skipif(torch.cuda.is_available() or torch.backends.mps.is_available(), reason='an accelerator is here')
+def test_run_gives_a_script_that_defaults_to_cuda_the_cpu(tmp_path, capsys):
+    # as timm's scripts declare it; on this machine the script would stop with "CUDA is not available"
+    script = tmp_path / 'tool.py'
+    script.write_text("import argparse, yaml\n"
+                      "parser = argparse.ArgumentParser()\n"
+                      "parser.add_argument('-c', '--config')\n"
+                      "parser.add_argument('--device', default='cuda', type=str)\n"
+                      "args, _ = parser.parse_known_args()\n"
+                      "if args.config:\n"
+                      "    parser.set_defaults(**yaml.safe_load(open(args.config)))\n"
+                      "print('device', parser.parse_args().device)\n")
+    assert run_main([str(script)]) == 0
+    out, err = capsys.readouterr()
+    assert out == 'device cpu\n'
+    assert err == 'timm_structinit.run: no CUDA device here: running tool.py with --device cpu (--device chooses)\n'
+    # a device the user names, on the command line or in the config, is left as it is
+    assert run_main([str(script), '--device', 'meta']) == 0
+    assert capsys.readouterr() == ('device meta\n', '')
+    (tmp_path / 'cfg.yaml').write_text('device: meta\n')
+    assert run_main([str(script), '-c', str(tmp_path / 'cfg.yaml')]) == 0
+    assert capsys.readouterr() == ('device meta\n', '')
+    # a script without a CUDA default gets nothing added
+    script.write_text('import sys\nprint(sys.argv[1:])\n')
+    assert run_main([str(script), '-b', '2']) == 0
+    assert capsys.readouterr() == ("['-b', '2']\n", '')
+
+
 @pytest.mark.parametrize('policy, posterize', [('rand-m10-mstd0-inc1', 'PosterizeIncreasing'),
                                                ('rand-m0-mstd0', 'Posterize')])
 def test_rand_augment_zero_bit_posterize(policy, posterize):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Callable, Dict, Optional, Sequence
 
+from . import __version__
 from .kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
 
 __all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'format_kwargs',
@@ -284,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
         prog=PROG, description='Structured attention inits for timm ViTs: export, share and inspect models; list '
                                'the training recipes.')
+    parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
     for name, command in COMMANDS.items():
         # no abbreviations: `--model` (the training command's option) would silently mean --model-kwargs here

@@ -43,7 +43,8 @@ TORCH_DATASETS = TIMM_TORCH_DATASETS + tuple(TORCHVISION_SOURCES)
 TRAIN_SPLITS = ('train', 'training')
 EVAL_SPLITS = ('val', 'valid', 'validation', 'eval', 'evaluation')
 _logger = logging.getLogger(__name__)
-SHARED_CIFAR10_HINT = "--dataset '' --data-dir ../shared/data/cifar10 --train-split train --val-split test"
+# CIFAR-10 as an ImageFolder (train/ and test/, one folder per class) needs no download; DIR is the user's copy
+CIFAR10_FOLDER_HINT = "--dataset '' --data-dir DIR --train-split train --val-split test, DIR holding train/ and test/"
 
 
 class DataError(ValueError):
@@ -339,7 +340,7 @@ def _missing_copy_error(name: str, root: str, download: bool, cause: BaseExcepti
         expected = TORCHVISION_SOURCES[name].layout
     where = os.path.abspath(root)
     what = f'{where}/{expected}' if expected else where
-    hint = f' Or train on an ImageFolder copy: {SHARED_CIFAR10_HINT}.' if name == 'cifar10' else ''
+    hint = f' Or train on an ImageFolder copy: {CIFAR10_FOLDER_HINT}.' if name == 'cifar10' else ''
     if download:
         return DataError(
             f'could not download torch/{name} into --data-dir {where} ({type(cause).__name__}: {cause}). Without '

@@ -6,20 +6,29 @@ imports `timm_structinit` (registering its models with timm and keeping RandAugm
 the script as `__main__` with the remaining arguments, as `python path/to/validate.py ...` would. A `-c NAME` (or
 `--config NAME`) that is not a file but a packaged recipe (`timm-structinit recipes`) is handed over as that recipe's
 file. timm's train.py, validate.py, benchmark.py and inference.py live in timm's source repository, not in its wheel.
+
+timm's scripts default to `--device cuda` and stop on a machine without it; when neither the command line nor its
+`-c` file names a device, and CUDA is not available, the script is given the device that is (`--device cpu`, or
+`mps` on Apple silicon), and a line says so.
 """
 import os
+import re
 import runpy
 import sys
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import timm
+import torch
+import yaml
 
 import timm_structinit  # noqa: F401  (registers the models)
 from timm_structinit.recipes import resolve_config
 
-__all__ = ['run_script', 'main', 'with_recipe_files']
+__all__ = ['run_script', 'main', 'with_recipe_files', 'with_available_device', 'available_device']
 
 USAGE = 'usage: python -m timm_structinit.run SCRIPT [ARGS ...]'
+# a script option `--device` whose default is CUDA, as timm's train, validate, benchmark and inference scripts have
+_CUDA_DEVICE_OPTION = re.compile(r"""add_argument\(\s*['"]--device['"][^)]*default\s*=\s*['"]cuda['"]""")
 
 
 def run_script(path: str, argv: Sequence[str] = ()) -> int:
@@ -54,13 +63,55 @@ def with_recipe_files(argv: Sequence[str]) -> list:
     return out
 
 
+def available_device() -> str:
+    """ The accelerator torch can use here, else 'cpu'. """
+    if torch.cuda.is_available():
+        return 'cuda'
+    return 'mps' if torch.backends.mps.is_available() else 'cpu'
+
+
+def _config_names_device(argv: Sequence[str]) -> bool:
+    """ Whether the YAML file of `-c` / `--config` in `argv` sets `device` (the script reports an unreadable one). """
+    for i, token in enumerate(argv):
+        path = argv[i + 1] if token in ('-c', '--config') and i + 1 < len(argv) else (
+            token.split('=', 1)[1] if token.startswith('--config=') else None)
+        if path and os.path.isfile(path):
+            try:
+                with open(path, encoding='utf-8') as f:
+                    cfg = yaml.safe_load(f)
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                return False
+            return isinstance(cfg, dict) and 'device' in cfg
+    return False
+
+
+def with_available_device(path: str, argv: Sequence[str]) -> List[str]:
+    """ `argv` with `--device` set to the available device when script `path` defaults to CUDA, CUDA is not
+    available and neither `argv` nor its config file names a device; otherwise `argv` unchanged. """
+    argv = list(argv)
+    device = available_device()
+    if device == 'cuda' or any(a == '--device' or a.startswith('--device=') for a in argv) \
+            or _config_names_device(argv):
+        return argv
+    try:
+        with open(path, encoding='utf-8') as f:
+            defaults_to_cuda = bool(_CUDA_DEVICE_OPTION.search(f.read()))
+    except (OSError, UnicodeDecodeError):
+        return argv
+    if defaults_to_cuda:
+        print(f'timm_structinit.run: no CUDA device here: running {os.path.basename(path)} with --device {device} '
+              f'(--device chooses)', file=sys.stderr)
+        argv += ['--device', device]
+    return argv
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ('-h', '--help'):
         print(USAGE + '\n\n' + __doc__.strip().split('\n\n')[0], file=sys.stderr if not argv else sys.stdout)
         return 2 if not argv else 0
     try:
-        return run_script(argv[0], with_recipe_files(argv[1:]))
+        return run_script(argv[0], with_available_device(argv[0], with_recipe_files(argv[1:])))
     except FileNotFoundError as e:
         print(f'timm_structinit.run: error: {e}', file=sys.stderr)
         return 2

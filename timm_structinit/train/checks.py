@@ -180,9 +180,11 @@ def _check_data(args: argparse.Namespace) -> None:
         kind = check_dataset_name(args.dataset)
     except DataError as e:
         raise ConfigError(str(e)) from None
+    where = {'folder': 'the folder holding its split folders (train/, validation/ or test/), one folder per class',
+             'hfds': 'the folder for its Hugging Face datasets cache'}.get(
+        kind, 'the folder holding it (or where --dataset-download puts it)')
     _check(kind == 'digits' or bool(args.data_dir),
-           f'--dataset {args.dataset!r} needs --data-dir (e.g. --data-dir ../shared/data/cifar10 for the '
-           f'ImageFolder copy of CIFAR-10)')
+           f'--dataset {args.dataset!r} needs --data-dir DIR: {where}; the packaged recipes name none')
     chans = in_chans(args)
     if kind == 'torch' and args.dataset.split('/')[-1].lower() in GRAYSCALE_TORCH_DATASETS:
         _check(chans == 1, f'--dataset {args.dataset!r} has 1-channel images but the model would take {chans}; '

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 import yaml
 
+from .. import __version__
 from ..atomic import atomic_file
 from ..cli import OneLineArgumentParser, error_line
 from ..kwargs import ParseKwargs
@@ -18,7 +19,7 @@ PROG = 'timm-structinit-train'
 SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
 GRAYSCALE_TORCH_DATASETS = ('mnist', 'kmnist', 'fashion_mnist', 'qmnist')  # single-channel PIL images
 # options that only make sense on the command line are not config keys
-_CLI_ONLY = ('help', 'config')
+_CLI_ONLY = ('help', 'version', 'config')
 # run-specific keys left out of the args.yaml written next to the checkpoints, so it can be reused with -c
 _NOT_SAVED = ('resume', 'experiment', 'overwrite', 'local_rank')
 # options of timm's train.py (timm 1.0.31) that this entry point does not have: each is refused with a pointer to
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('-c', '--config', default='', metavar='RECIPE',
                         help='a packaged recipe name (timm-structinit recipes) or a YAML file whose keys (underscored '
                              'option names) set the defaults; flags override it')
+    parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     for add_group in (_add_data_group, _add_model_group, _add_optimizer_groups, _add_schedule_group,
                       _add_augment_group, _add_run_groups):
         add_group(parser)
@@ -121,7 +123,8 @@ def _add_optimizer_groups(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Device')
     group.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help='device')
     group.add_argument('--amp', action='store_true', help='automatic mixed precision')
-    group.add_argument('--amp-dtype', default='float16', choices=('float16', 'bfloat16'), help='AMP dtype')
+    group.add_argument('--amp-dtype', choices=('float16', 'bfloat16'),
+                       help='AMP dtype; unset: bfloat16 on CPU (float16 autocast is slow there), float16 elsewhere')
     group.add_argument('--torchcompile', nargs='?', const='inductor', metavar='BACKEND',
                        help='compile the model with torch.compile (backend default: inductor)')
     group.add_argument('--torchcompile-mode', help="torch.compile mode (e.g. 'reduce-overhead', 'max-autotune')")
@@ -214,8 +217,10 @@ def _add_run_groups(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--val-interval', type=int, default=1, metavar='N',
                        help='epochs between evaluation and checkpointing (the last epoch is always evaluated)')
     group.add_argument('--checkpoint-hist', type=int, default=10, help='numbered checkpoints to keep')
-    group.add_argument('-j', '--workers', type=int, default=4, help='data loading processes per training process')
-    group.add_argument('--pin-mem', action='store_true', help='pin loader memory (faster GPU transfer)')
+    group.add_argument('-j', '--workers', type=int, default=4,
+                       help='data loading processes per training process (at most one per core available)')
+    group.add_argument('--pin-mem', action='store_true',
+                       help='pin loader memory (faster GPU transfer; ignored without an accelerator)')
     group.add_argument('--no-prefetcher', action='store_true', help="do not use timm's batch prefetcher")
     group.add_argument('--output', default='', metavar='DIR', help='output root (default: ./output/train)')
     group.add_argument('--experiment', default='', help='output sub-folder (default: date-time-model)')
