@@ -10,7 +10,9 @@ the capped impulse solve leaves only ~15% of the attention mass on the target ag
 grid is also where the impulse structure is clearest at this width.
 
 Each finished run writes `runs/<run>/result.json`; a rerun skips runs already done, so the benchmark can be spread
-over several sittings. `report` (run automatically at the end) writes `results.md` and `curves.png`.
+over several sittings. `report` (run automatically at the end) writes `results.md` and `curves.png`. The runs
+committed in `benchmarks/results/compare_inits/` count as done: to train them again, name a new folder with
+`--out-dir` (the committed results stay as they are).
 
 `--probes` adds four single runs that take the comparison apart (Q/K against V/proj, 8 x 8 against the papers'
 16 x 16 grid); they are reported in a second table. The two patch-2 probes take about 3x as long as the others.
@@ -21,7 +23,12 @@ over several sittings. `report` (run automatically at the end) writes `results.m
     python benchmarks/compare_inits.py --science            # the main runs, then the impulse study (E2-E4)
     python benchmarks/compare_inits.py --families           # the main runs, then Swin and MLP-Mixer
     python benchmarks/compare_inits.py --papers             # the papers' regime (small data, long schedule) only
+    python benchmarks/compare_inits.py --papers --out-dir output/compare_inits   # all of it again, in a new folder
     python benchmarks/compare_inits.py --report-only
+    python benchmarks/compare_inits.py --gpu-2024 --data-dir DIR --time-limit 480  # one GPU: benchmarks/gpu/
+
+`--gpu-2024` and `--gpu-2025` train the papers' two setups at their own model size on one GPU (see GPU_SETUPS below
+and docs/studies.md); benchmarks/gpu/compare_inits.sh runs one of them as one command on the GPU machine.
 
 `--papers` measures the inits in the regime the papers make their claims for: a small class-balanced training set
 (2,000 CIFAR-10 images), a long schedule (100 epochs) with the 2025 paper's recipe scaled to that length, and the
@@ -597,7 +604,7 @@ def _gpu_section(setup_name: str, setup: GpuSetup, by_name: Dict[str, List[dict]
         rates = [r['images_per_s'] for r in rs if r.get('images_per_s')]
         per_seed = ', '.join(f'{r["final_top1"]:.2f}' for r in rs)
         minutes = statistics.mean(r['seconds'] for r in rs) / 60
-        rate = f'{statistics.mean(rates):.0f}' if rates else ''
+        rate = f'{statistics.mean(rates):.{0 if statistics.mean(rates) >= 100 else 1}f}' if rates else ''
         lines.append(
             f'| {name} | {entry.question} | {len(rs)}/{len(entry.seeds)} | {_spread([r["final_top1"] for r in rs])} '
             f'| {per_seed} | {_spread([r["best_top1"] for r in rs])} | {gains} | {devices} | {minutes:.1f} '

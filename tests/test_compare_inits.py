@@ -126,3 +126,29 @@ def test_papers_in_a_clone_trains_nothing_and_says_how_to_rerun(monkeypatch, tmp
     printed = capsys.readouterr().out
     assert '[nothing trained]' in printed and '--out-dir' in printed
     assert '| paper_c_mimetic_reset |' in (out / 'results.md').read_text()
+
+
+def test_packed_images_are_those_the_training_subset_reads_on_the_full_copy(cifar10_dir, tmp_path):
+    """ The GPU machine reads the pack; the trainer's own `--train-subset 20` must read the same images from it as
+    from the full copy, in the same order, and the pack holds the test images asked for, class-balanced. """
+    import tarfile
+    from timm_structinit.train.build import build_datasets
+    sys.path.insert(0, str(REPO / 'benchmarks' / 'gpu'))
+    import pack_cifar10
+    assert pack_cifar10.main(['--data-dir', str(cifar10_dir), '--out', str(tmp_path / 'c.tar.gz'),
+                              '--train-images', '20', '--test-images', '30']) == 0
+    with tarfile.open(tmp_path / 'c.tar.gz') as tar:
+        tar.extractall(tmp_path, filter='data')
+    manifest = json.loads((tmp_path / 'cifar10' / 'manifest.json').read_text())
+    assert manifest['images'] == {'train': 20, 'test': 30}
+    assert len(list((tmp_path / 'cifar10' / 'test').glob('*/*.jpg'))) == 30
+    assert {len(list(d.glob('*.jpg'))) for d in (tmp_path / 'cifar10' / 'test').iterdir()} == {3}
+
+    def images(data_dir):
+        args = parse_args(['--data-dir', str(data_dir), '--train-split', 'train', '--val-split', 'test',
+                           '--train-subset', '20'])
+        train, _ = build_datasets(args)
+        return [(Path(train.dataset.filename(int(i), absolute=True)).read_bytes(), label)
+                for i, label in zip(train.indices, train.targets)]
+
+    assert images(tmp_path / 'cifar10') == images(cifar10_dir)
