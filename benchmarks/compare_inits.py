@@ -25,7 +25,7 @@ committed in `benchmarks/results/compare_inits/` count as done: to train them ag
     python benchmarks/compare_inits.py --papers             # the papers' regime (small data, long schedule) only
     python benchmarks/compare_inits.py --papers --out-dir output/compare_inits   # all of it again, in a new folder
     python benchmarks/compare_inits.py --report-only
-    python benchmarks/compare_inits.py --gpu-2024 --data-dir DIR --time-limit 480  # one GPU: benchmarks/gpu/
+    python benchmarks/compare_inits.py --gpu-2024 --data-dir DIR --time-limit 500  # one GPU: benchmarks/gpu/
 
 `--gpu-2024` and `--gpu-2025` train the papers' two setups at their own model size on one GPU (see GPU_SETUPS below
 and docs/studies.md); benchmarks/gpu/compare_inits.sh runs one of them as one command on the GPU machine.
@@ -225,9 +225,10 @@ PAPERS: Dict[str, Entry] = {
 # At the papers' model size, on one GPU (`--gpu-2024`, `--gpu-2025`): the registered ViT-T models as they are (width
 # 192, depth 12, 3 heads), each arm through its shipped recipe with only the data, the schedule's length, the
 # evaluation and the device changed: bf16 autocast, evaluation every 10 epochs on a class-balanced 2,000-image test
-# subset and, at the end, on all 10,000 test images. Several runs share the GPU as separate processes (a ViT-T does
-# not fill an H100; decoding and augmenting the JPEGs on the machine's 16 cores is the limit), so each setup fits one
-# command of 9 minutes (benchmarks/gpu/estimate.py has the arithmetic, docs/studies.md the figures).
+# subset and, at the end, on all 10,000 test images. Three runs share the GPU as separate processes (a ViT-T does
+# not fill an H100), so that the 2024 setup, bound by the GPU, fits both seeds in one command of 9 minutes, and the
+# 2025 setup, bound by decoding and augmenting 224 px images on the machine's 16 cores, one seed
+# (benchmarks/gpu/estimate.py has the arithmetic, docs/studies.md the figures).
 # 2024 setup (Zheng et al. 2024, ViT-T/2 on 32 px, 16 x 16 tokens): the impulse_vit_tiny_patch2_cifar10 recipe (AdamW
 # lr 1e-3 at batch 512, wd 0.01, 10 warm-up epochs, RandAugment, clipping 3.0) for its three arms, the base the paper
 # calls trunc-normal (timm's init on the sin-cos, average-pool ViT), mimetic on that base, and impulse-3; 10,000
@@ -499,7 +500,11 @@ def run_concurrently(runs: Sequence[tuple], data_dir: Path, runs_dir: Path, conc
             for started in active:  # stopped as Ctrl-C would: the run keeps its last checkpoint
                 started.process.send_signal(signal.SIGINT)
             for started in active:
-                started.process.wait()
+                try:
+                    started.process.wait(timeout=60)
+                except subprocess.TimeoutExpired:  # a stop that hangs (a loader worker, say) is not waited for
+                    started.process.kill()
+                    started.process.wait()
                 print(f'[stopped] {run_name(started.name, started.seed)}: at the time limit; its checkpoint in '
                       f'{started.work} resumes it', flush=True)
                 unfinished.append(run_name(started.name, started.seed))
@@ -587,12 +592,12 @@ def _gpu_section(setup_name: str, setup: GpuSetup, by_name: Dict[str, List[dict]
              f'Every arm through its shipped recipe, bf16 autocast on one GPU, {setup.concurrent} runs at a time; '
              f'evaluated every {setup.val_interval} epochs on a class-balanced {setup.val_images:,}-image test subset '
              f'and at the end on all 10,000 test images. For reference, {setup.papers}.', '',
-             '| arm | init | seeds | final top-1 (10,000 images) | per seed | best (subset) | gain over the base '
-             '(final) | device | minutes per run | training img/s per run |', '|---' * 10 + '|']
+             '| arm | init | seeds | epochs | final top-1 (10,000 images) | per seed | best (subset) | gain over the '
+             'base (final) | device | minutes per run | training img/s per run |', '|---' * 11 + '|']
     for name, entry in setup.entries.items():
         rs = sorted(by_name.get(name, []), key=lambda r: r['seed'])
         if not rs:
-            lines.append(f'| {name} | {entry.question} | 0/{len(entry.seeds)} | not run yet | | | | | | |')
+            lines.append(f'| {name} | {entry.question} | 0/{len(entry.seeds)} | | not run yet | | | | | | |')
             continue
         gains = ''
         if entry.baseline in by_name:  # per seed against the base's same seed, and the means' difference
@@ -605,8 +610,10 @@ def _gpu_section(setup_name: str, setup: GpuSetup, by_name: Dict[str, List[dict]
         per_seed = ', '.join(f'{r["final_top1"]:.2f}' for r in rs)
         minutes = statistics.mean(r['seconds'] for r in rs) / 60
         rate = f'{statistics.mean(rates):.{0 if statistics.mean(rates) >= 100 else 1}f}' if rates else ''
+        epochs = ', '.join(str(e) for e in sorted({r['epochs'] for r in rs}))  # a shortened run shows here
         lines.append(
-            f'| {name} | {entry.question} | {len(rs)}/{len(entry.seeds)} | {_spread([r["final_top1"] for r in rs])} '
+            f'| {name} | {entry.question} | {len(rs)}/{len(entry.seeds)} | {epochs} '
+            f'| {_spread([r["final_top1"] for r in rs])} '
             f'| {per_seed} | {_spread([r["best_top1"] for r in rs])} | {gains} | {devices} | {minutes:.1f} '
             f'| {rate} |')
     return lines
@@ -786,17 +793,18 @@ def main(argv=None) -> None:
             all_runs(PROBES) if args.probes or args.only else []) + (
             all_runs(SCIENCE) if args.science or args.only else []) + (
             all_runs(FAMILIES) if args.families or args.only else []) + (
-            all_runs(PAPERS) if args.papers or args.only else []) + (all_runs(GPU) if args.only else [])
+            all_runs(PAPERS) if args.papers or args.only else []) + (all_runs(GPU) if args.only and not gpu else [])
         if args.only:  # in the order given
             runs = [run for wanted in args.only for run in runs if wanted in (run_name(*run), run[0])]
         todo = [run for run in runs if not (runs_dir / run_name(*run) / 'result.json').exists()]
         for name, seed in runs:
             do_run(name, seed, args.data_dir, runs_dir, extra)
         deadline = time.monotonic() + args.time_limit if args.time_limit else None
-        for setup in gpu:
-            todo += [run for run in all_runs(GPU_SETUPS[setup].entries)
-                     if not (runs_dir / run_name(*run) / 'result.json').exists()]
-            unfinished = run_concurrently(all_runs(GPU_SETUPS[setup].entries), args.data_dir, runs_dir,
+        for setup in gpu:  # concurrent runs, those of --only alone when it is given
+            setup_runs = [run for run in all_runs(GPU_SETUPS[setup].entries)
+                          if not args.only or {run_name(*run), run[0]} & set(args.only)]
+            todo += [run for run in setup_runs if not (runs_dir / run_name(*run) / 'result.json').exists()]
+            unfinished = run_concurrently(setup_runs, args.data_dir, runs_dir,
                                           args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
             if unfinished:
                 print(f'[{setup}] not finished: {", ".join(unfinished)}', flush=True)

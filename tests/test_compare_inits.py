@@ -108,7 +108,7 @@ def test_report_of_gpu_runs_gives_each_init_its_gain_over_the_base(tmp_path):
     rows = {line.split(' | ')[0].strip('| '): line for line in text.splitlines() if line.startswith('| gpu2024')}
     assert '+2.50 (per seed: +2.00, +3.00)' in rows['gpu2024_mimetic']
     assert '+0.00 (per seed: -1.00, +1.00)' in rows['gpu2024_impulse3']
-    assert 'NVIDIA H100 80GB HBM3' in rows['gpu2024_base'] and '78.50 ± 0.71' in rows['gpu2024_base']
+    assert 'NVIDIA H100 80GB HBM3' in rows['gpu2024_base'] and ' | 2/2 | 100 | 78.50 ± 0.71 | ' in rows['gpu2024_base']
     assert 'CPU scale' not in text and (tmp_path / 'gpu_2024_curves.png').is_file()
     compare_inits.report(tmp_path)  # from the same runs, the same file
     assert (tmp_path / 'results.md').read_text() == text
@@ -125,7 +125,10 @@ def test_papers_in_a_clone_trains_nothing_and_says_how_to_rerun(monkeypatch, tmp
     compare_inits.main(['--papers', '--data-dir', str(tmp_path / 'data'), '--out-dir', str(out)])
     printed = capsys.readouterr().out
     assert '[nothing trained]' in printed and '--out-dir' in printed
-    assert '| paper_c_mimetic_reset |' in (out / 'results.md').read_text()
+    # the papers' table as committed, from the same runs
+    def rows(text):
+        return [line for line in text.splitlines() if line.startswith('| paper_')]
+    assert rows((out / 'results.md').read_text()) == rows((COMMITTED / 'results.md').read_text()) != []
 
 
 def test_packed_images_are_those_the_training_subset_reads_on_the_full_copy(cifar10_dir, tmp_path):
@@ -152,3 +155,13 @@ def test_packed_images_are_those_the_training_subset_reads_on_the_full_copy(cifa
                 for i, label in zip(train.indices, train.targets)]
 
     assert images(tmp_path / 'cifar10') == images(cifar10_dir)
+
+
+def test_only_narrows_a_gpu_setup_to_the_runs_named(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(compare_inits, 'run_concurrently', lambda runs, *a: seen.extend(runs) or [])
+    monkeypatch.setattr(compare_inits, 'do_run', lambda *a: pytest.fail(f'{a[:2]} run outside the setup'))
+    (tmp_path / 'data' / 'train').mkdir(parents=True)
+    compare_inits.main(['--gpu-2024', '--only', 'gpu2024_mimetic_s1', '--data-dir', str(tmp_path / 'data'),
+                        '--out-dir', str(tmp_path / 'out')])
+    assert seen == [('gpu2024_mimetic', 1)]

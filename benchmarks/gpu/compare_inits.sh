@@ -9,7 +9,7 @@
 #   bash benchmarks/gpu/compare_inits.sh 2025
 #
 # Environment: OUT (required: where the results go), PYTHON (python3), TIME_LIMIT (seconds in which runs start and
-# end, 480: with unpacking, start-up and the last final evaluations the command ends inside 9 minutes), PACK
+# end, 500: with unpacking, start-up and the last final evaluations the command ends inside 9 minutes), PACK
 # (.gpu-data/cifar10.tar.gz), WHEELS (.gpu-data/wheels), RESULTS (benchmarks/results/compare_inits: the committed
 # runs count as done, so a second call trains what the first left). Further arguments go to compare_inits.py (a
 # rehearsal's --train-flags and --concurrent).
@@ -24,7 +24,7 @@ if [ -z "${OUT:-}" ]; then
   exit 2
 fi
 python=${PYTHON:-python3}
-limit=${TIME_LIMIT:-480}
+limit=${TIME_LIMIT:-500}
 pack=${PACK:-.gpu-data/cifar10.tar.gz}
 wheels=${WHEELS:-.gpu-data/wheels}
 results=${RESULTS:-benchmarks/results/compare_inits}
@@ -48,7 +48,7 @@ print(f'timm {timm.__version__} here, the package needs >= {floor}', flush=True)
 sys.exit(Version(timm.__version__) < Version(floor))
 EOF
 then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$scratch/site" "$wheels"/timm-*.whl || exit 1
+  PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --no-index --no-deps --no-compile --target "$scratch/site" "$wheels"/timm-*.whl || exit 1
   site="$scratch/site:"
 fi
 export PYTHONPATH="$site$PWD" PYTHONUNBUFFERED=1
