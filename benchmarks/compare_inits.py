@@ -786,9 +786,6 @@ def main(argv=None) -> None:
     gpu = [name for name, wanted in (('gpu_2024', args.gpu_2024), ('gpu_2025', args.gpu_2025)) if wanted]
     runs_dir = args.out_dir / 'runs'
     if not args.report_only:
-        if not (args.data_dir / 'train').is_dir():
-            sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
-        runs_dir.mkdir(parents=True, exist_ok=True)
         runs = ([] if args.papers or gpu else all_runs(INITS)) + (
             all_runs(PROBES) if args.probes or args.only else []) + (
             all_runs(SCIENCE) if args.science or args.only else []) + (
@@ -796,21 +793,26 @@ def main(argv=None) -> None:
             all_runs(PAPERS) if args.papers or args.only else []) + (all_runs(GPU) if args.only and not gpu else [])
         if args.only:  # in the order given
             runs = [run for wanted in args.only for run in runs if wanted in (run_name(*run), run[0])]
-        todo = [run for run in runs if not (runs_dir / run_name(*run) / 'result.json').exists()]
-        for name, seed in runs:
-            do_run(name, seed, args.data_dir, runs_dir, extra)
-        deadline = time.monotonic() + args.time_limit if args.time_limit else None
-        for setup in gpu:  # concurrent runs, those of --only alone when it is given
-            setup_runs = [run for run in all_runs(GPU_SETUPS[setup].entries)
-                          if not args.only or {run_name(*run), run[0]} & set(args.only)]
-            todo += [run for run in setup_runs if not (runs_dir / run_name(*run) / 'result.json').exists()]
-            unfinished = run_concurrently(setup_runs, args.data_dir, runs_dir,
-                                          args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
-            if unfinished:
-                print(f'[{setup}] not finished: {", ".join(unfinished)}', flush=True)
-        if not todo:
+        gpu_runs = {  # run concurrently, those of --only alone when it is given
+            setup: [run for run in all_runs(GPU_SETUPS[setup].entries)
+                    if not args.only or {run_name(*run), run[0]} & set(args.only)] for setup in gpu}
+        todo = [run for run in runs + [r for rs in gpu_runs.values() for r in rs]
+                if not (runs_dir / run_name(*run) / 'result.json').exists()]
+        if not todo:  # the data is not needed either
             print(f'[nothing trained] every run of this command is already in {runs_dir}; to rerun them, name a new '
                   'folder: --out-dir output/compare_inits', flush=True)
+        elif not (args.data_dir / 'train').is_dir():
+            sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
+        else:
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            for name, seed in runs:
+                do_run(name, seed, args.data_dir, runs_dir, extra)
+            deadline = time.monotonic() + args.time_limit if args.time_limit else None
+            for setup, setup_runs in gpu_runs.items():
+                unfinished = run_concurrently(setup_runs, args.data_dir, runs_dir,
+                                              args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
+                if unfinished:
+                    print(f'[{setup}] not finished: {", ".join(unfinished)}', flush=True)
     runs_dir.mkdir(parents=True, exist_ok=True)
     report(args.out_dir)
 

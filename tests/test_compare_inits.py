@@ -115,14 +115,14 @@ def test_report_of_gpu_runs_gives_each_init_its_gain_over_the_base(tmp_path):
 
 
 def test_papers_in_a_clone_trains_nothing_and_says_how_to_rerun(monkeypatch, tmp_path, capsys):
-    """ The committed runs count as done: `--papers` starts no training process and points to --out-dir. """
+    """ The committed runs count as done: `--papers` starts no training process, needs no data (a fresh clone has
+    none), points to --out-dir, and rewrites the same report. """
     out = tmp_path / 'results'
     for run in COMMITTED.glob('runs/paper_*'):
         if run.is_dir():
             shutil.copytree(run, out / 'runs' / run.name)
-    (tmp_path / 'data' / 'train').mkdir(parents=True)
     monkeypatch.setattr(compare_inits.subprocess, 'Popen', lambda *a, **k: pytest.fail(f'started {a}'))
-    compare_inits.main(['--papers', '--data-dir', str(tmp_path / 'data'), '--out-dir', str(out)])
+    compare_inits.main(['--papers', '--data-dir', str(tmp_path / 'no-data'), '--out-dir', str(out)])
     printed = capsys.readouterr().out
     assert '[nothing trained]' in printed and '--out-dir' in printed
     # the papers' table as committed, from the same runs
@@ -165,3 +165,16 @@ def test_only_narrows_a_gpu_setup_to_the_runs_named(monkeypatch, tmp_path):
     compare_inits.main(['--gpu-2024', '--only', 'gpu2024_mimetic_s1', '--data-dir', str(tmp_path / 'data'),
                         '--out-dir', str(tmp_path / 'out')])
     assert seen == [('gpu2024_mimetic', 1)]
+
+
+def test_papers_into_a_new_folder_trains_every_run_there_and_leaves_the_committed_ones(monkeypatch, tmp_path):
+    """ The documented rerun (`--papers --out-dir NEW`), dry: every run of the papers' regime goes to NEW. """
+    trained = []
+    monkeypatch.setattr(compare_inits, 'do_run', lambda name, seed, data, runs_dir, extra: trained.append(
+        (name, seed, runs_dir)))
+    (tmp_path / 'data' / 'train').mkdir(parents=True)
+    before = (COMMITTED / 'results.md').stat().st_mtime_ns
+    compare_inits.main(['--papers', '--data-dir', str(tmp_path / 'data'), '--out-dir', str(tmp_path / 'new')])
+    assert sorted(trained) == sorted((name, seed, tmp_path / 'new' / 'runs') for name, entry in
+                                     compare_inits.PAPERS.items() for seed in entry.seeds)
+    assert len(trained) == 22 and (COMMITTED / 'results.md').stat().st_mtime_ns == before
