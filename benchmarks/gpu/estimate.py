@@ -1,9 +1,10 @@
 """ Will a GPU setup of `compare_inits.py` fit one command? What can be measured on a CPU machine, and the arithmetic.
 
 Measured here, per setup (`compare_inits.py --gpu-2024` / `--gpu-2025`): the training FLOPs of one image (forward and
-backward, counted by torch.utils.flop_counter on the registered model), the images per second that ONE core turns
-out through the package's own training loader (JPEG decode, the recipe's augmentation, collate; workers=0, one
-thread), the same for the evaluation loader, and the seconds a model takes to build (the init solve included).
+backward, counted by torch.utils.flop_counter on the registered model, and by hand from the ViT's shape), the images
+per CPU second that ONE core turns out through the package's own training loader (JPEG decode, the recipe's
+augmentation, collate; workers=0, one thread), the same for the evaluation loader, and the seconds a model takes to
+build (the init solve included); once, the images per CPU second that one core only decodes.
 Then, for the GPU machine (16 cores, one H100 / H200 of ~800 TFLOP/s bf16 peak, assumed to reach 25-40% of it on
 these small models): the seconds the GPU needs for every training image of the setup, and the seconds 16 cores need
 to decode and augment them, less one core per concurrent training process. A setup fits when the larger of the two,
@@ -86,6 +87,19 @@ def loader_rate(train_args: list, seconds: float, training: bool) -> float:
     return count / (time.process_time() - start)
 
 
+def decode_rate(data_dir: Path, seconds: float) -> float:
+    """ Images per CPU second that one core decodes (the JPEG to an RGB image, nothing else): what decoding the
+    images once, before training, could save at most. """
+    from PIL import Image
+    files = sorted((data_dir / 'train').glob('*/*.jpg'))
+    count, start = 0, time.process_time()
+    while time.process_time() - start < seconds and count < len(files):
+        with Image.open(files[count]) as image:
+            image.convert('RGB')
+        count += 1
+    return count / (time.process_time() - start)
+
+
 def estimate(setup: str, data_dir: Path, seconds: float) -> None:
     protocol = compare_inits.GPU_SETUPS[setup]
     arms = protocol.entries
@@ -142,6 +156,7 @@ def main(argv=None) -> None:
     if not (args.data_dir / 'train').is_dir():
         sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
     os.environ.setdefault('OMP_NUM_THREADS', '1')
+    print(f'JPEG decode alone, one core: {decode_rate(args.data_dir, args.seconds):.0f} img/s per CPU second\n')
     for setup in args.setups:
         estimate(setup, args.data_dir, args.seconds)
 
