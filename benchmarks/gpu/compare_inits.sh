@@ -33,6 +33,7 @@ if [ ! -f "$pack" ]; then
   exit 2
 fi
 
+mkdir -p "$results/runs" || exit 1
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 tar xzf "$pack" -C "$scratch" || exit 1
