@@ -2,6 +2,7 @@
 concurrent runner keeps every finished run and starts none that cannot end in time; the committed runs count as
 done, and the report is rewritten from the runs alone. """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,16 @@ def test_papers_into_a_new_folder_trains_every_run_there_and_leaves_the_committe
     assert sorted(trained) == sorted((name, seed, tmp_path / 'new' / 'runs') for name, entry in
                                      compare_inits.PAPERS.items() for seed in entry.seeds)
     assert len(trained) == 22 and (COMMITTED / 'results.md').stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize('args,env,message', [
+    (['2026'], {'OUT': 'OUTDIR'}, "setup '2026': must be 2024 or 2025"),
+    (['2024'], {}, 'OUT is not set'),
+    (['2025'], {'OUT': 'OUTDIR', 'PACK': 'OUTDIR/none.tar.gz'}, 'none.tar.gz: no such file')])
+def test_gpu_script_refuses_bad_input_in_one_line_before_any_work(tmp_path, args, env, message):
+    environ = {k: v for k, v in os.environ.items() if k not in ('OUT', 'PACK')}
+    environ.update({k: v.replace('OUTDIR', str(tmp_path)) for k, v in env.items()})
+    done = subprocess.run(['bash', str(REPO / 'benchmarks' / 'gpu' / 'compare_inits.sh'), *args], env=environ,
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count('\n') == 1
+    assert list(tmp_path.iterdir()) == []
