@@ -749,7 +749,9 @@ def plot_curves(results: List[dict], names: List[str], out: Path, title: str, ke
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--data-dir', type=Path, default=DEFAULT_DATA)
-    parser.add_argument('--out-dir', type=Path, default=HERE / 'results' / 'compare_inits')
+    parser.add_argument('--out-dir', type=Path, default=HERE / 'results' / 'compare_inits',
+                        help='folder of runs/ and results.md (default: the committed results, whose runs count '
+                             'as done; name a new folder to train them again)')
     parser.add_argument('--only', nargs='*', default=None, help='run names (e.g. mimetic_s0) or init names')
     parser.add_argument('--probes', action='store_true', help='also run the probes (after the main runs)')
     parser.add_argument('--science', action='store_true', help='also run the impulse study (E2-E4)')
