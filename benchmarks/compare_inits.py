@@ -10,7 +10,9 @@ the capped impulse solve leaves only ~15% of the attention mass on the target ag
 grid is also where the impulse structure is clearest at this width.
 
 Each finished run writes `runs/<run>/result.json`; a rerun skips runs already done, so the benchmark can be spread
-over several sittings. `report` (run automatically at the end) writes `results.md` and `curves.png`.
+over several sittings. `report` (run automatically at the end) writes `results.md` and `curves.png`. The runs
+committed in `benchmarks/results/compare_inits/` count as done: to train them again, name a new folder with
+`--out-dir` (the committed results stay as they are).
 
 `--probes` adds four single runs that take the comparison apart (Q/K against V/proj, 8 x 8 against the papers'
 16 x 16 grid); they are reported in a second table. The two patch-2 probes take about 3x as long as the others.
@@ -21,7 +23,12 @@ over several sittings. `report` (run automatically at the end) writes `results.m
     python benchmarks/compare_inits.py --science            # the main runs, then the impulse study (E2-E4)
     python benchmarks/compare_inits.py --families           # the main runs, then Swin and MLP-Mixer
     python benchmarks/compare_inits.py --papers             # the papers' regime (small data, long schedule) only
+    python benchmarks/compare_inits.py --papers --out-dir output/compare_inits   # all of it again, in a new folder
     python benchmarks/compare_inits.py --report-only
+    python benchmarks/compare_inits.py --gpu-2024 --data-dir DIR --time-limit 500  # one GPU: benchmarks/gpu/
+
+`--gpu-2024` and `--gpu-2025` train the papers' two setups at their own model size on one GPU (see GPU_SETUPS below
+and docs/studies.md); benchmarks/gpu/compare_inits.sh runs one of them as one command on the GPU machine.
 
 `--papers` measures the inits in the regime the papers make their claims for: a small class-balanced training set
 (2,000 CIFAR-10 images), a long schedule (100 epochs) with the 2025 paper's recipe scaled to that length, and the
@@ -35,14 +42,16 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from results_file import write_lines
 
@@ -212,7 +221,84 @@ PAPERS: Dict[str, Entry] = {
         'vit_tiny_patch2_32_impulse3', (0, 1), 'paper_e_base_p2', {**P2, **RESET},
         "E': impulse-3 on 16 x 16 tokens (patch 2), PyTorch's default rest", base_recipe=PAPERS_RECIPE),
 }
-ENTRIES = {**INITS, **PROBES, **SCIENCE, **FAMILIES, **PAPERS}
+
+# At the papers' model size, on one GPU (`--gpu-2024`, `--gpu-2025`): the registered ViT-T models as they are (width
+# 192, depth 12, 3 heads), each arm through its shipped recipe with only the data, the schedule's length, the
+# evaluation and the device changed: bf16 autocast, evaluation every 10 epochs on a class-balanced 2,000-image test
+# subset and, at the end, on all 10,000 test images. Three runs share the GPU as separate processes (a ViT-T does
+# not fill an H100), so that the 2024 setup, bound by the GPU, fits both seeds in one command of 9 minutes, and the
+# 2025 setup, bound by decoding and augmenting 224 px images on the machine's 16 cores, one seed
+# (benchmarks/gpu/estimate.py has the arithmetic, docs/studies.md the figures).
+# 2024 setup (Zheng et al. 2024, ViT-T/2 on 32 px, 16 x 16 tokens): the impulse_vit_tiny_patch2_cifar10 recipe (AdamW
+# lr 1e-3 at batch 512, wd 0.01, 10 warm-up epochs, RandAugment, clipping 3.0) for its three arms, the base the paper
+# calls trunc-normal (timm's init on the sin-cos, average-pool ViT), mimetic on that base, and impulse-3; 10,000
+# class-balanced training images, 100 epochs (the recipe's 200 halved: the paper's length does not fit).
+# 2025 setup (the independent reproduction of Zheng et al. 2025: ViT-Ti/16 at 224 px, 5,000 images, 150 epochs): the
+# {default,mimetic,impulse}2025 CIFAR-10 recipes, their global batch of 512 as 64 x 8 accumulated batches (what the
+# recipes say for one GPU), their 50 warm-up epochs kept.
+GPU_COMMON = (
+    '--dataset', '', '--train-split', 'train', '--val-split', 'test', '--val-subset', '2000', '--val-interval', '10',
+    '--device', 'cuda', '--amp', '--amp-dtype', 'bfloat16', '--pin-mem', '--log-interval', '1000',
+    '--checkpoint-hist', '1',  # the last checkpoint is all the final evaluation needs; each is ~66 MB to write
+)
+
+
+@dataclass(frozen=True)
+class GpuSetup:
+    """ One setup at the papers' model size: its arms, its data and schedule, and how it shares the GPU machine. """
+    entries: Dict[str, Entry]
+    train_images: int
+    epochs: int
+    img_size: int
+    concurrent: int  # runs at a time, each its own process on the one GPU
+    workers: int  # loader processes per run: about (16 cores - concurrent) / concurrent
+    title: str
+    papers: str  # the published numbers the setup is read against
+    val_interval: int = 10
+    val_images: int = 2000
+
+
+def gpu_setup(arms: Dict[str, Tuple[str, Optional[str], Dict[str, Any], str, str]], train_images: int, epochs: int,
+              img_size: int, concurrent: int, workers: int, title: str, papers: str, more: Tuple[str, ...] = ()
+              ) -> GpuSetup:
+    """ A setup of `arms` (name: model, baseline, model kwargs, what it is, shipped recipe), two seeds each, every
+    arm's recipe with the setup's data, schedule, loaders and GPU_COMMON, then `more`. """
+    entries = {
+        name: Entry(model, (0, 1), baseline, kwargs, question, arch={}, base_recipe=(
+            '-c', recipe, *GPU_COMMON, '--train-subset', str(train_images), '--epochs', str(epochs),
+            '--workers', str(workers), *more))
+        for name, (model, baseline, kwargs, question, recipe) in arms.items()}
+    return GpuSetup(entries, train_images, epochs, img_size, concurrent, workers, title, papers)
+
+
+GPU_SETUPS: Dict[str, GpuSetup] = {
+    'gpu_2024': gpu_setup(
+        {'gpu2024_base': ('vit_tiny_patch2_32_gap_sincos', None, {},
+                          "trunc-normal: timm's init (sin-cos, average pooling)", 'impulse_vit_tiny_patch2_cifar10'),
+         'gpu2024_mimetic': ('vit_tiny_patch2_32_gap_sincos', 'gpu2024_base', {'struct_init': 'mimetic'},
+                             'mimetic on the same base', 'impulse_vit_tiny_patch2_cifar10'),
+         'gpu2024_impulse3': ('vit_tiny_patch2_32_impulse3', 'gpu2024_base', {},
+                              "impulse-3 (the 2024 paper's init)", 'impulse_vit_tiny_patch2_cifar10')},
+        train_images=10000, epochs=100, img_size=32, concurrent=3, workers=4,
+        title='2024 setup: ViT-T/2 at 32 px (16 x 16 tokens), 10,000 images, 100 epochs',
+        papers='the 2024 paper (all 50,000 images, 200 epochs): trunc-normal 88.63, mimetic 91.16, impulse-3 91.62'),
+    'gpu_2025': gpu_setup(
+        {'gpu2025_default': ('vit_tiny_patch16_224', None, {},
+                             "default: PyTorch's init, timm's learned table, class token",
+                             'default2025_vit_tiny_patch16_224_cifar10'),
+         'gpu2025_mimetic': ('vit_tiny_patch16_224_mimetic', 'gpu2025_default', {}, 'mimetic (the 2025 recipe)',
+                             'mimetic2025_vit_tiny_patch16_224_cifar10'),
+         'gpu2025_impulse': ('vit_tiny_patch16_224_impulse2025', 'gpu2025_default', {},
+                             'impulse (the 2025 closed form)', 'impulse2025_vit_tiny_patch16_224_cifar10')},
+        train_images=5000, epochs=150, img_size=224, concurrent=3, workers=5,
+        title='2025 setup: ViT-Ti/16 at 224 px (14 x 14 tokens), 5,000 images, 150 epochs',
+        papers="the reproduction with the authors' code (5,000 images, 150 epochs, one seed): default 49.24, mimetic "
+               '55.59, impulse 57.30',
+        # the recipes' 8 processes x 64 images as one process: 64 x 8 accumulated batches, as their headers say
+        more=('-b', '64', '--grad-accum-steps', '8')),
+}
+GPU = {name: entry for setup in GPU_SETUPS.values() for name, entry in setup.entries.items()}
+ENTRIES = {**INITS, **PROBES, **SCIENCE, **FAMILIES, **PAPERS, **GPU}
 
 
 def run_name(init: str, seed: int) -> str:
@@ -233,26 +319,32 @@ def grid_of(kwargs: Dict[str, Any]) -> int:
     return kwargs['img_size'] // kwargs['patch_size']
 
 
-def train_command(name: str, seed: int, data_dir: Path, out: Path) -> List[str]:
+def train_command(name: str, seed: int, data_dir: Path, out: Path, extra: Sequence[str] = ()) -> List[str]:
+    """ The training command of one run; `extra` flags come last, so they win over the recipe's (a rehearsal's). """
     entry = ENTRIES[name]
+    kwargs = [f'{k}={v}'.replace(' ', '') for k, v in model_kwargs(entry).items()]
+    # no --model-kwargs where there are none: on the command line it would replace a recipe's own model_kwargs
     return [
         sys.executable, '-m', 'timm_structinit.train', '--data-dir', str(data_dir), '--model', entry.model,
-        '--model-kwargs', *[f'{k}={v}'.replace(' ', '') for k, v in model_kwargs(entry).items()], '--seed', str(seed),
-        '--output', str(out.parent), '--experiment', out.name, *entry.base_recipe, *entry.recipe,
+        *(['--model-kwargs', *kwargs] if kwargs else []), '--seed', str(seed),
+        '--output', str(out.parent), '--experiment', out.name, *entry.base_recipe, *entry.recipe, *extra,
     ]
 
 
-def full_test_command(name: str, seed: int, data_dir: Path, work: Path) -> List[str]:
+def full_test_command(name: str, seed: int, data_dir: Path, work: Path, extra: Sequence[str] = ()) -> List[str]:
     """ The finished run evaluated on the whole test split: the training entry point resumed at its last epoch
     (nothing left to train, so it evaluates and reports), without the evaluation subset. """
-    command = train_command(name, seed, data_dir, work)
-    at = command.index('--val-subset')
-    return command[:at] + command[at + 2:] + ['--resume', str(work)]
+    command = train_command(name, seed, data_dir, work, extra)
+    while '--val-subset' in command:  # the recipe's and any added after it
+        at = command.index('--val-subset')
+        command = command[:at] + command[at + 2:]
+    return command + ['--resume', str(work)]
 
 
-def full_test_top1(name: str, seed: int, data_dir: Path, work: Path, log) -> Tuple[float, int]:
+def full_test_top1(name: str, seed: int, data_dir: Path, work: Path, log, extra: Sequence[str] = ()
+                   ) -> Tuple[float, int]:
     """ (top-1, number of images) of the finished run in `work` on the whole test split. """
-    done = subprocess.run(full_test_command(name, seed, data_dir, work), check=True, stdout=subprocess.PIPE,
+    done = subprocess.run(full_test_command(name, seed, data_dir, work, extra), check=True, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, cwd=REPO, env={**os.environ, 'PYTHONUNBUFFERED': '1'})
     log.write(done.stdout)
     match = re.search(r'final top-1 ([0-9.]+)% on (\d+) ', done.stdout)
@@ -266,24 +358,54 @@ def read_summary(path: Path) -> List[dict]:
         return [{k: float(v) for k, v in row.items() if v not in ('', None)} for row in csv.DictReader(f)]
 
 
-def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
+@dataclass
+class Started:
+    """ A run whose training process is under way: what `finish_run` needs once it has ended. """
+    name: str
+    seed: int
+    work: Path
+    command: List[str]
+    resumed: bool
+    start: float
+    process: subprocess.Popen
+
+
+def start_run(name: str, seed: int, data_dir: Path, runs_dir: Path, extra: Sequence[str] = ()) -> Optional[Started]:
+    """ Start the training process of a run (None when the run is already done); its output goes to its log. """
     run = run_name(name, seed)
-    result_file = runs_dir / run / 'result.json'
-    if result_file.exists():
+    if (runs_dir / run / 'result.json').exists():
         print(f'[skip] {run}: done', flush=True)
-        return
+        return None
     work = runs_dir / f'{run}.partial'
-    command = train_command(name, seed, data_dir, work)
+    command = train_command(name, seed, data_dir, work, extra)
     resumed = (work / 'last.pth.tar').exists()
     if resumed:  # an interrupted run: go on from its last finished epoch (epochs are seeded, so this is exact)
         command += ['--resume', str(work)]
     elif work.exists():  # interrupted before its first epoch finished
         shutil.rmtree(work)
     print(f'[{"resume" if resumed else "run"}] {run}: {" ".join(command)}', flush=True)
-    start = time.time()
     with open(runs_dir / f'{run}.log', 'a' if resumed else 'w') as log:
-        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                       env={**os.environ, 'PYTHONUNBUFFERED': '1'})
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                   env={**os.environ, 'PYTHONUNBUFFERED': '1'})
+    return Started(name, seed, work, command, resumed, time.time(), process)
+
+
+def device_record(command: Sequence[str]) -> Dict[str, Any]:
+    """ Where a run ran: the device its command names (its last --device), and the versions that ran it. """
+    import timm
+    import torch
+    device = command[len(command) - 1 - command[::-1].index('--device') + 1] if '--device' in command else 'cpu'
+    if device.startswith('cuda') and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        name = f'CPU ({platform.machine()}, {os.cpu_count()} cores)'
+    return dict(device=name, torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
+
+
+def finish_run(started: Started, data_dir: Path, runs_dir: Path, extra: Sequence[str] = ()) -> dict:
+    """ The result of a finished training process: result.json in the run's folder, checkpoints removed. """
+    name, seed, work = started.name, started.seed, started.work
+    run = run_name(name, seed)
     rows = read_summary(work / 'summary.csv')
     mass_rows = read_summary(work / 'target_mass.csv') if (work / 'target_mass.csv').exists() else []
     entry = ENTRIES[name]
@@ -293,24 +415,103 @@ def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path) -> None:
         epochs=int(rows[-1]['epoch']) + 1,  # trained; the curve has one point per evaluation (see curve_epochs)
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
         target_mass=[{k: round(v, 4) for k, v in r.items()} for r in mass_rows],
-        seconds=round(time.time() - start, 1),  # a resumed run's seconds: its last sitting only
-        resumed=resumed, command=' '.join(command[1:]),
+        seconds=round(time.time() - started.start, 1),  # a resumed run's seconds: its last sitting only
+        resumed=started.resumed, command=shlex.join(started.command[1:]),
         date=datetime.datetime.now().isoformat(timespec='seconds'))
-    if name in PAPERS:  # evaluated every few epochs on a subset: the curve's epochs, and the final on every image
+    if name in PAPERS or name in GPU:  # evaluated every few epochs on a subset: the curve's epochs, and the final
         last = rows[-1]['epoch'] + 1
         with open(runs_dir / f'{run}.log', 'a') as log:
-            top1, count = full_test_top1(name, seed, data_dir, work, log)
+            top1, count = full_test_top1(name, seed, data_dir, work, log, extra)
         result.update(
             curve_epochs=[int(r['epoch']) + 1 for r in rows], final_subset_top1=result['final_top1'],
             final_top1=top1, final_images=count,
             last10_top1=statistics.mean(r['eval_top1'] for r in rows if r['epoch'] + 1 > last - 10),
-            full_test_command=' '.join(full_test_command(name, seed, data_dir, work)[1:]))
+            full_test_command=shlex.join(full_test_command(name, seed, data_dir, work, extra)[1:]))
+    if name in GPU:
+        images = read_train_images(runs_dir / f'{run}.log')
+        result.update(
+            device_record(started.command),
+            seconds_with_final_test=round(time.time() - started.start, 1),
+            # the training loop's own rate (evaluated epochs), and the whole run's: images trained per second
+            train_images_per_s=round(statistics.mean(r['train_img_per_sec'] for r in rows), 1),
+            images_per_s=round(images * result['epochs'] / result['seconds'], 1) if images else None,
+            train_images=images)
     (work / 'result.json').write_text(json.dumps(result, indent=1))
     for ckpt in work.glob('*.pth.tar'):  # keep the record small: curves and results, not weights
         ckpt.unlink()
     work.rename(runs_dir / run)
     print(f'[done] {run}: final {result["final_top1"]:.2f} best {result["best_top1"]:.2f} '
           f'in {result["seconds"] / 60:.1f} min', flush=True)
+    return result
+
+
+def read_train_images(log: Path) -> Optional[int]:
+    """ The number of training images a run reported at its start ('N training / M evaluation images'). """
+    match = re.search(r'(\d+) training / \d+ evaluation images', log.read_text())
+    return int(match.group(1)) if match else None
+
+
+def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path, extra: Sequence[str] = ()) -> None:
+    """ One run to its end, in this process's time. """
+    started = start_run(name, seed, data_dir, runs_dir, extra)
+    if started is None:
+        return
+    with started.process:
+        if started.process.wait():
+            raise subprocess.CalledProcessError(started.process.returncode, started.command)
+    finish_run(started, data_dir, runs_dir, extra)
+
+
+def run_concurrently(runs: Sequence[tuple], data_dir: Path, runs_dir: Path, concurrent: int,
+                     deadline: Optional[float], extra: Sequence[str] = ()) -> List[str]:
+    """ The runs, `concurrent` at a time as separate processes (sharing one GPU), in the order given; returns the
+    runs not finished. With a `deadline` (time.monotonic()'s), a run starts only if the longest finished run would
+    still end before it, and the runs under way at the deadline are stopped (their checkpoints let a later call
+    resume them); every run finished before is kept. A run that fails is reported and the others go on. """
+    pending, active, longest, unfinished = list(runs), [], 0., []
+    while pending or active:
+        while pending and len(active) < concurrent:
+            name, seed = pending[0]
+            left = deadline - time.monotonic() if deadline else None
+            if left is not None and (longest > left or left <= 0):
+                print(f'[not started] {", ".join(run_name(*r) for r in pending)}: {left:.0f} s left of the time '
+                      f'limit, the longest finished run took {longest:.0f} s', flush=True)
+                unfinished += [run_name(*r) for r in pending]
+                pending = []
+                break
+            pending.pop(0)
+            started = start_run(name, seed, data_dir, runs_dir, extra)
+            if started is not None:
+                active.append(started)
+        for started in [s for s in active if s.process.poll() is not None]:
+            active.remove(started)
+            run = run_name(started.name, started.seed)
+            if started.process.returncode:
+                print(f'[failed] {run}: exit status {started.process.returncode}; see {runs_dir / run}.log',
+                      flush=True)
+                unfinished.append(run)
+                continue
+            try:
+                result = finish_run(started, data_dir, runs_dir, extra)
+                longest = max(longest, result.get('seconds_with_final_test', result['seconds']))
+            except (subprocess.CalledProcessError, RuntimeError, OSError) as e:
+                print(f'[failed] {run}: {e}; see {runs_dir / run}.log', flush=True)
+                unfinished.append(run)
+        if deadline is not None and time.monotonic() > deadline and active:
+            for started in active:  # stopped as Ctrl-C would: the run keeps its last checkpoint
+                started.process.send_signal(signal.SIGINT)
+            for started in active:
+                try:
+                    started.process.wait(timeout=60)
+                except subprocess.TimeoutExpired:  # a stop that hangs (a loader worker, say) is not waited for
+                    started.process.kill()
+                    started.process.wait()
+                print(f'[stopped] {run_name(started.name, started.seed)}: at the time limit; its checkpoint in '
+                      f'{started.work} resumes it', flush=True)
+                unfinished.append(run_name(started.name, started.seed))
+            active = []
+        time.sleep(1)
+    return unfinished
 
 
 def _spread(values: List[float]) -> str:
@@ -383,20 +584,58 @@ def _papers_mass(by_name: Dict[str, List[dict]]) -> List[str]:
     return lines
 
 
-def report(out_dir: Path, command: str) -> None:
+def _gpu_section(setup_name: str, setup: GpuSetup, by_name: Dict[str, List[dict]]) -> List[str]:
+    """ The table of a setup at the papers' model size: final top-1 on all 10,000 test images per arm and seed, the
+    gain over the base, and where and how fast each ran. """
+    means = {name: statistics.mean(r['final_top1'] for r in rs) for name, rs in by_name.items()}
+    flag = '--' + setup_name.replace('_', '-')
+    lines = [f"## At the papers' model size: {setup.title} (`python benchmarks/compare_inits.py {flag}`)", '',
+             f'Every arm through its shipped recipe, bf16 autocast on one GPU, {setup.concurrent} runs at a time; '
+             f'evaluated every {setup.val_interval} epochs on a class-balanced {setup.val_images:,}-image test subset '
+             f'and at the end on all 10,000 test images. For reference, {setup.papers}.', '',
+             '| arm | init | seeds | epochs | final top-1 (10,000 images) | per seed | best (subset) | gain over the '
+             'base (final) | device | minutes per run | training img/s per run |', '|---' * 11 + '|']
+    for name, entry in setup.entries.items():
+        rs = sorted(by_name.get(name, []), key=lambda r: r['seed'])
+        if not rs:
+            lines.append(f'| {name} | {entry.question} | 0/{len(entry.seeds)} | | not run yet | | | | | | |')
+            continue
+        gains = ''
+        if entry.baseline in by_name:  # per seed against the base's same seed, and the means' difference
+            base = {r['seed']: r['final_top1'] for r in by_name[entry.baseline]}
+            paired = [r['final_top1'] - base[r['seed']] for r in rs if r['seed'] in base]
+            gains = f'{means[name] - means[entry.baseline]:+.2f}' + (
+                f' (per seed: {", ".join(f"{g:+.2f}" for g in paired)})' if len(paired) > 1 else '')
+        devices = ', '.join(sorted({r.get('device', '?') for r in rs}))
+        rates = [r['images_per_s'] for r in rs if r.get('images_per_s')]
+        per_seed = ', '.join(f'{r["final_top1"]:.2f}' for r in rs)
+        minutes = statistics.mean(r['seconds'] for r in rs) / 60
+        rate = f'{statistics.mean(rates):.{0 if statistics.mean(rates) >= 100 else 1}f}' if rates else ''
+        epochs = ', '.join(str(e) for e in sorted({r['epochs'] for r in rs}))  # a shortened run shows here
+        lines.append(
+            f'| {name} | {entry.question} | {len(rs)}/{len(entry.seeds)} | {epochs} '
+            f'| {_spread([r["final_top1"] for r in rs])} '
+            f'| {per_seed} | {_spread([r["best_top1"] for r in rs])} | {gains} | {devices} | {minutes:.1f} '
+            f'| {rate} |')
+    return lines
+
+
+def report(out_dir: Path) -> None:
     runs_dir = out_dir / 'runs'
     results = [json.loads(p.read_text()) for p in sorted(runs_dir.glob('*/result.json'))]
     by_name: Dict[str, List[dict]] = {}
     for r in results:
         by_name.setdefault(r['init'], []).append(r)
     grid = grid_of(ARCH)
+    cpu = [r for r in results if r['init'] not in GPU]
+    # written from the runs alone (no date or machine of its own), so rewriting it from the same runs changes nothing
     lines = [
         '# Init comparison on real CIFAR-10 (shared JPEG copy), CPU scale',
         '',
-        f'- command: `{command}`',
-        f'- date of this report: {datetime.datetime.now().isoformat(timespec="seconds")}; '
-        f'machine: {platform.machine()}, {os.cpu_count()} CPU cores, no GPU; dates of the runs: '
-        f'{min((r["date"] for r in results), default="-")[:10]} to {max((r["date"] for r in results), default="-")[:10]}',
+        '- command of this table: `python benchmarks/compare_inits.py`; each further section names its own; '
+        '`python benchmarks/compare_inits.py --report-only` rewrites this file from `runs/`',
+        f'- machine of the CPU runs: 2 CPU cores, no GPU; dates of the runs: '
+        f'{min((r["date"] for r in cpu), default="-")[:10]} to {max((r["date"] for r in cpu), default="-")[:10]}',
         f'- scale: ViT width {ARCH["embed_dim"]}, depth {ARCH["depth"]}, {ARCH["num_heads"]} heads, patch '
         f'{ARCH["patch_size"]} on 32x32 ({grid} x {grid} tokens); class-balanced 8,000 training images; 15 epochs; '
         'top-1 on a class-balanced 5,000-image subset of the test split',
@@ -406,6 +645,8 @@ def report(out_dir: Path, command: str) -> None:
         '',
         *_table(INITS, by_name, probes=False),
     ]
+    if not any(name in by_name for name in INITS) and any(name in by_name for name in GPU):
+        lines = ["# Init comparison on real CIFAR-10 (shared JPEG copy) at the papers' model size, one GPU"]
     if any(name in by_name for name in PROBES):
         lines += [
             '',
@@ -452,6 +693,9 @@ def report(out_dir: Path, command: str) -> None:
                   'rest-of-network init.', '', *_papers_table(by_name), '',
                   'Mass on the impulse targets (mean of the 6 layers, 64 fixed test images; chance 1/64, patch 2: '
                   '1/256), seed 0, at epochs 0 / 2 / 10 / 20 / 50 / 100:', '', *_papers_mass(by_name)]
+    for setup_name, setup in GPU_SETUPS.items():
+        if any(name in by_name for name in setup.entries):
+            lines += ['', *_gpu_section(setup_name, setup, by_name)]
     write_lines(out_dir / 'results.md', lines)
     print('\n'.join(lines))
     grid = grid_of(ARCH)
@@ -461,7 +705,8 @@ def report(out_dir: Path, command: str) -> None:
             (INITS, [], 'curves.png', f'CIFAR-10, 8k train images, {vit}'),
             (SCIENCE, ['gap_sincos'], 'science_curves.png', f'impulse study, {vit}'),
             (FAMILIES, [], 'families_curves.png', 'CIFAR-10, 8k train images, Swin and MLP-Mixer'),
-            (PAPERS, [], 'papers_curves.png', "papers' regime: 2k images, 100 epochs, ViT 128/6/4 (E: patch 2)")):
+            (PAPERS, [], 'papers_curves.png', "papers' regime: 2k images, 100 epochs, ViT 128/6/4 (E: patch 2)"),
+            *[(setup.entries, [], f'{name}_curves.png', setup.title) for name, setup in GPU_SETUPS.items()]):
         if any(r['init'] in entries for r in results):
             names = [*bases, *entries]
             plot_curves([r for r in results if r['init'] in names], names, out_dir / file, f'{title}; dashed: seed 1')
@@ -504,13 +749,28 @@ def plot_curves(results: List[dict], names: List[str], out: Path, title: str, ke
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--data-dir', type=Path, default=DEFAULT_DATA)
-    parser.add_argument('--out-dir', type=Path, default=HERE / 'results' / 'compare_inits')
+    parser.add_argument('--out-dir', type=Path, default=HERE / 'results' / 'compare_inits',
+                        help='folder of runs/ and results.md (default: the committed results, whose runs count '
+                             'as done; name a new folder to train them again)')
     parser.add_argument('--only', nargs='*', default=None, help='run names (e.g. mimetic_s0) or init names')
     parser.add_argument('--probes', action='store_true', help='also run the probes (after the main runs)')
     parser.add_argument('--science', action='store_true', help='also run the impulse study (E2-E4)')
     parser.add_argument('--families', action='store_true', help='also run Swin and MLP-Mixer, with and without init')
     parser.add_argument('--papers', action='store_true',
                         help="run the papers' regime (2,000 images, 100 epochs, the 2025 recipe; not the main runs)")
+    parser.add_argument('--gpu-2024', action='store_true',
+                        help="run the 2024 setup at the papers' model size on one GPU (ViT-T/2, 10,000 images)")
+    parser.add_argument('--gpu-2025', action='store_true',
+                        help="run the 2025 setup at the papers' model size on one GPU (ViT-Ti/16 at 224 px, 5,000 "
+                             'images)')
+    parser.add_argument('--concurrent', type=int, default=None,
+                        help="GPU setups: runs at a time (default: the setup's)")
+    parser.add_argument('--time-limit', type=float, default=None, metavar='SECONDS',
+                        help='GPU setups: start no run that would end after this many seconds from now, and stop '
+                             'the runs under way then (finished runs are kept)')
+    parser.add_argument('--train-flags', default='', metavar='FLAGS',
+                        help='training flags added to every run (they win over the recipe), e.g. a rehearsal\'s '
+                             '"--device cpu --epochs 2"')
     parser.add_argument('--report-only', action='store_true')
     args = parser.parse_args(argv)
     if args.only:
@@ -518,25 +778,46 @@ def main(argv=None) -> None:
         unknown = [name for name in args.only if name not in known]
         if unknown:
             parser.error(f'--only {" ".join(unknown)}: unknown; valid: {", ".join(sorted(known))}')
-    command = 'python benchmarks/compare_inits.py' + (' --probes' if args.probes else '') + (
-        ' --science' if args.science else '') + (' --families' if args.families else '') + (
-        ' --papers' if args.papers else '') + (
-        f' --only {" ".join(args.only)}' if args.only else '')
+    if args.concurrent is not None and args.concurrent < 1:
+        parser.error(f'--concurrent {args.concurrent}: must be at least 1')
+    if args.time_limit is not None and args.time_limit <= 0:
+        parser.error(f'--time-limit {args.time_limit:g}: must be a positive number of seconds')
+    try:
+        extra = shlex.split(args.train_flags)
+    except ValueError as e:
+        parser.error(f'--train-flags {args.train_flags!r}: {e}')
+    gpu = [name for name, wanted in (('gpu_2024', args.gpu_2024), ('gpu_2025', args.gpu_2025)) if wanted]
     runs_dir = args.out_dir / 'runs'
     if not args.report_only:
-        if not (args.data_dir / 'train').is_dir():
-            sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
-        runs_dir.mkdir(parents=True, exist_ok=True)
-        runs = ([] if args.papers else all_runs(INITS)) + (all_runs(PROBES) if args.probes or args.only else []) + (
+        runs = ([] if args.papers or gpu else all_runs(INITS)) + (
+            all_runs(PROBES) if args.probes or args.only else []) + (
             all_runs(SCIENCE) if args.science or args.only else []) + (
             all_runs(FAMILIES) if args.families or args.only else []) + (
-            all_runs(PAPERS) if args.papers or args.only else [])
+            all_runs(PAPERS) if args.papers or args.only else []) + (all_runs(GPU) if args.only and not gpu else [])
         if args.only:  # in the order given
             runs = [run for wanted in args.only for run in runs if wanted in (run_name(*run), run[0])]
-        for name, seed in runs:
-            do_run(name, seed, args.data_dir, runs_dir)
+        gpu_runs = {  # run concurrently, those of --only alone when it is given
+            setup: [run for run in all_runs(GPU_SETUPS[setup].entries)
+                    if not args.only or {run_name(*run), run[0]} & set(args.only)] for setup in gpu}
+        todo = [run for run in runs + [r for rs in gpu_runs.values() for r in rs]
+                if not (runs_dir / run_name(*run) / 'result.json').exists()]
+        if not todo:  # the data is not needed either
+            print(f'[nothing trained] every run of this command is already in {runs_dir}; to rerun them, name a new '
+                  'folder: --out-dir output/compare_inits', flush=True)
+        elif not (args.data_dir / 'train').is_dir():
+            sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
+        else:
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            for name, seed in runs:
+                do_run(name, seed, args.data_dir, runs_dir, extra)
+            deadline = time.monotonic() + args.time_limit if args.time_limit else None
+            for setup, setup_runs in gpu_runs.items():
+                unfinished = run_concurrently(setup_runs, args.data_dir, runs_dir,
+                                              args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
+                if unfinished:
+                    print(f'[{setup}] not finished: {", ".join(unfinished)}', flush=True)
     runs_dir.mkdir(parents=True, exist_ok=True)
-    report(args.out_dir, command)
+    report(args.out_dir)
 
 
 if __name__ == '__main__':
