@@ -19,50 +19,12 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
-from timm.layers import Attention, build_sincos2d_pos_embed
+from timm.layers import build_sincos2d_pos_embed
 
 import timm_structinit
-
-# the paper's constants (Trockman & Kolter 2023, Section 3: "alpha_1 = beta_1 = 0.7, alpha_2 = beta_2 = 0.4")
-A1, B1, A2, B2 = 0.7, 0.7, 0.4, 0.4
-
-
-# ---------------------------------------------------------------------------------------------------------- mimetic
-
-def qk_product(state, layer, head, dim, heads):
-    """ W_q W_k^T of one head from timm's fused qkv weight: rows [0:D] q, [D:2D] k, head j rows j*k:(j+1)*k; the
-    math W_q (D x k) is the transpose of those rows (nn.Linear computes x W^T). """
-    k = dim // heads
-    w = state[f'blocks.{layer}.attn.qkv.weight'].double()
-    wq = w[head * k:(head + 1) * k].T
-    wk = w[dim + head * k:dim + (head + 1) * k].T
-    return wq @ wk.T
-
-
-def vproj_product(state, layer, dim):
-    """ W_v W_proj: the value path computes x W_v (attention mixes tokens) then W_proj, math forms of the v rows and
-    of proj.weight, both transposed from nn.Linear's layout. """
-    wv = state[f'blocks.{layer}.attn.qkv.weight'].double()[2 * dim:].T
-    wproj = state[f'blocks.{layer}.attn.proj.weight'].double().T
-    return wv @ wproj
-
-
-def best_rank(a: torch.Tensor, k: int) -> torch.Tensor:
-    """ Eckart-Young: the best rank-k approximation of a, from a float64 SVD. """
-    u, s, vh = torch.linalg.svd(a.double())
-    return (u[:, :k] * s[:k]) @ vh[:k]
-
-
-def paper_targets(seed, layers, heads, dim, a1=A1, b1=B1, a2=A2, b2=B2):
-    """ The matrices of the paper for a generator seeded with the model's init seed, in the order the package
-    documents (every Q/K draw, layer by layer and head by head, then every V/proj draw): A = a1 Z + b1 I per head,
-    B = a2 Z' - b2 I per layer, Z and Z' standard normal over sqrt(D). """
-    g = torch.Generator().manual_seed(seed)
-    eye = torch.eye(dim, dtype=torch.float64)
-    z = torch.randn(layers, heads, dim, dim, generator=g).double() / math.sqrt(dim)
-    z2 = torch.randn(layers, dim, dim, generator=g).double() / math.sqrt(dim)
-    return a1 * z + b1 * eye, a2 * z2 - b2 * eye
-
+from paper_reference import (
+    A2, B2, best_rank, layer_inputs, paper_statistics, paper_target, paper_targets, qk_product, timm_attention_maps,
+    vproj_product)
 
 @pytest.fixture(scope='module')
 def mimetic_model():
@@ -162,59 +124,6 @@ def test_mimetic_on_a_plain_timm_model():
 
 
 # ---------------------------------------------------------------------------------------------------------- impulse
-
-def paper_target(grid, offset):
-    """ (N,) key index of each query under offset (dy, dx), -1 where (r + dy, c + dx) is off the grid (zero rows). """
-    height, width = grid
-    dy, dx = offset
-    keys = []
-    for r in range(height):
-        for c in range(width):
-            rk, ck = r + dy, c + dx
-            keys.append(rk * width + ck if 0 <= rk < height and 0 <= ck < width else -1)
-    return torch.tensor(keys)
-
-
-def timm_attention_maps(attn: Attention, tokens: torch.Tensor) -> torch.Tensor:
-    """ (heads, N, N) softmax maps timm's own Attention forward computes on `tokens` (1, N, D): its unfused path,
-    with its own scale, read from the input of its attention dropout. """
-    assert isinstance(attn, Attention)
-    seen = {}
-    fused, attn.fused_attn = attn.fused_attn, False
-    handle = attn.attn_drop.register_forward_hook(lambda module, args, out: seen.update(maps=args[0]))
-    try:
-        with torch.no_grad():
-            attn(tokens)
-    finally:
-        handle.remove()
-        attn.fused_attn = fused
-    return seen['maps'][0]
-
-
-def layer_inputs(model) -> torch.Tensor:
-    """ What each block's attention sees at step 0 on a blank image whose patch embedding is zero: the block's own
-    norm1 (timm's LayerNorm, at its identity init) of the patch rows of the position table the model adds. """
-    table = model.pos_embed.detach()
-    if not model.no_embed_class:
-        table = table[:, model.num_prefix_tokens:]
-    return [block.norm1(table) for block in model.blocks]
-
-
-def paper_statistics(maps: torch.Tensor, targets) -> dict:
-    """ Per head: share of non-empty rows whose argmax is the target key, mean attention on the target over those
-    rows, and the 2024 objective mean((H - A)^2) over the whole N x N map (empty rows of H all zero). """
-    out = {'hit_rate': [], 'target_mass': [], 'objective': []}
-    n = maps.shape[-1]
-    for a, target in zip(maps.double(), targets):
-        valid = target >= 0
-        rows = torch.arange(n)[valid]
-        h = torch.zeros(n, n, dtype=torch.float64)
-        h[rows, target[valid]] = 1
-        out['hit_rate'].append((a[rows].argmax(-1) == target[valid]).double().mean().item())
-        out['target_mass'].append(a[rows, target[valid]].mean().item())
-        out['objective'].append(((h - a) ** 2).mean().item())
-    return out
-
 
 @pytest.fixture(scope='module')
 def impulse_model():

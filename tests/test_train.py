@@ -148,7 +148,7 @@ def test_killed_run_resumes_from_last_good_checkpoint(reference_run, tmp_path):
     while not (run / 'last.pth.tar').exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
     meta = timm.utils.load_checkpoint_metadata(str(run / 'last.pth.tar'))
     assert meta['epoch'] < 2, 'the run finished before it could be killed'

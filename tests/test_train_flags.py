@@ -112,7 +112,8 @@ def test_log_wandb_offline_writes_its_run_folder(tmp_path):
            '--batch-size', '32', '--epochs', '2', '--log-wandb', '--wandb-project', 'structinit-test',
            '--output', str(tmp_path / 'out'), '--experiment', 'w']
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env=dict(os.environ, WANDB_MODE='offline', WANDB_SILENT='true', OMP_NUM_THREADS='1'))
+                          env=dict(os.environ, WANDB_MODE='offline', WANDB_SILENT='true', WANDB_DIR=str(tmp_path),
+                                    OMP_NUM_THREADS='1'))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = list((tmp_path / 'wandb').glob('offline-run-*'))
     assert len(runs) == 1
