@@ -26,7 +26,9 @@ SCRIPTS = REPO.parent / 'shared' / 'timm-scripts'
 CLASSES = ('cat', 'dog', 'ship')
 DEVICE = ['--device', 'cpu']
 MODEL_ARGS = [*DEVICE, '--model-kwargs', 'embed_dim=32', 'depth=1', 'num_heads=2', 'patch_size=8']
-needs_scripts = pytest.mark.skipif(not (SCRIPTS / 'train.py').is_file(), reason=f'timm scripts not found at {SCRIPTS}')
+needs_scripts = pytest.mark.skipif(
+    not (SCRIPTS / 'train.py').is_file(),
+    reason=f"needs timm's scripts at {SCRIPTS} (../shared beside the repository); not found")
 
 
 def _env() -> dict:

@@ -68,7 +68,8 @@ def load(path):
     return torch.load(path, map_location='cpu', weights_only=False)
 
 
-@pytest.mark.skipif(not SHARED_CIFAR10.is_dir(), reason=f'shared CIFAR-10 copy not found at {SHARED_CIFAR10}')
+@pytest.mark.skipif(not SHARED_CIFAR10.is_dir(),
+                    reason=f'needs CIFAR-10 at {SHARED_CIFAR10} (../shared beside the repository); not found')
 def test_cifar10_slice_trains_and_writes_outputs(tmp_path, capsys):
     argv = [*TINY_MODEL, *FAST, '--data-dir', SHARED_CIFAR10, '--val-split', 'test', '--train-subset', 256,
             '--val-subset', 100, '--epochs', 3, '--smoothing', 0, '--output', tmp_path, '--experiment', 'c10',

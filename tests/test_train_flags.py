@@ -127,7 +127,8 @@ def _timm_train_options():
                    if o})
 
 
-@pytest.mark.skipif(not TIMM_TRAIN.is_file(), reason=f"timm's train.py not found at {TIMM_TRAIN}")
+@pytest.mark.skipif(not TIMM_TRAIN.is_file(),
+                    reason=f"needs timm's train.py at {TIMM_TRAIN} (../shared beside the repository); not found")
 def test_every_option_of_timms_train_py_is_ours_or_refused_with_a_pointer(capsys):
     ours = {o for action in train_mod.build_parser()._actions for o in action.option_strings}
     refused = 0
