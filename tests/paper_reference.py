@@ -1,8 +1,8 @@
 """ The papers' definitions, restated for the tests independently of the package: nothing here imports it.
 
-Mimetic (Trockman & Kolter, ICML 2023, arXiv 2305.09828, Section 3): per head W_q W_k^T is the best rank-k
+Mimetic (Trockman & Kolter, ICML 2023, arXiv 2305.09828): per head W_q W_k^T is the best rank-k
 approximation of a1 Z + b1 I and W_v W_proj = a2 Z' - b2 I, Z, Z' with i.i.d. N(0, 1/D) entries, a1 = b1 = 0.7,
-a2 = b2 = 0.4. Impulse (Zheng et al., arXiv 2404.01139 Section 4, and 2505.19985): head i's map sends query patch
+a2 = b2 = 0.4. Impulse (Zheng et al., arXiv 2404.01139 and 2505.19985): head i's map sends query patch
 (r, c) to key (r + dy, c + dx), rows falling off the grid all zero; the objective is mean((H - A)^2) over the N x N
 map. Weights are read from the state dict in timm's fused-qkv layout; maps are what timm's `Attention` computes.
 """
@@ -11,7 +11,7 @@ import math
 import torch
 from timm.layers import Attention
 
-# the paper's constants (Trockman & Kolter 2023, Section 3: "alpha_1 = beta_1 = 0.7, alpha_2 = beta_2 = 0.4")
+# the paper's default constants (Trockman & Kolter 2023), alpha_1 = beta_1 = 0.7 and alpha_2 = beta_2 = 0.4
 A1, B1, A2, B2 = 0.7, 0.7, 0.4, 0.4
 
 

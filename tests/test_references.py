@@ -1,14 +1,14 @@
 """ The papers restated here, independently of the package, and compared with what timm's own modules compute.
 
-Nothing in this file calls the package's init helpers (its draws, `read_qk`, `attention_maps`, `pseudo_input`,
-`impulse_target`, `map_stats`): the constants and noise laws are the papers', the weights are read from the
-`state_dict` with timm's fused-qkv layout, and attention maps are what timm's `Attention` forward computes, with its
-own 1/sqrt(head_dim) logit scale, read through a forward hook.
+The restatements live in `paper_reference.py`; nothing here calls the package's init helpers (its draws, `read_qk`,
+`attention_maps`, `pseudo_input`, `impulse_target`, `map_stats`): the constants and noise laws are the papers', the
+weights are read from the `state_dict` with timm's fused-qkv layout, and attention maps are what timm's `Attention`
+forward computes, with its own 1/sqrt(head_dim) logit scale, read through a forward hook.
 
-* Mimetic (Trockman & Kolter, ICML 2023, arXiv 2305.09828, Section 3): per head W_q W_k^T is the best rank-k
+* Mimetic (Trockman & Kolter, ICML 2023, arXiv 2305.09828): per head W_q W_k^T is the best rank-k
   approximation of a1 Z + b1 I and W_v W_proj = a2 Z' - b2 I, Z, Z' with i.i.d. N(0, 1/D) entries, a1 = b1 = 0.7,
   a2 = b2 = 0.4 (the vision pattern: a positive Q/K diagonal, a negative V/proj one).
-* Impulse (Zheng et al., arXiv 2404.01139 Section 4, and 2505.19985): head i of a layer gets an offset (dy, dx) in
+* Impulse (Zheng et al., arXiv 2404.01139 and 2505.19985): head i of a layer gets an offset (dy, dx) in
   an f x f window and its map sends query patch (r, c) to key (r + dy, c + dx), rows falling off the grid all zero;
   the pseudo input is LayerNorm (no affine, eps 1e-5) of the position table the model adds to its patches; the
   objective is mean((H - A)^2) over the N x N map; the 2025 3x3 order is 4, 1, 5, 3, 7, 0, 2, 6, 8.
