@@ -1,4 +1,11 @@
+""" What every test shares: the thread count, the shared data's location, and the hygiene of a run of the suite:
+every subprocess a test starts ends with it, the caches that torch.compile, torchelastic, wandb and matplotlib
+write go to the session's temporary folder, and a test that changes the thread count gets it back. """
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,11 +14,124 @@ import torch
 # tests are small; one thread avoids oversubscription when two pytest processes share the machine
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
-SHARED_CIFAR10 = Path(__file__).resolve().parents[1].parent / 'shared' / 'data' / 'cifar10'
+TESTS = Path(__file__).resolve().parent
+SHARED = TESTS.parent.parent / 'shared'
+SHARED_CIFAR10 = SHARED / 'data' / 'cifar10'
+
+# a subprocess a test starts without a timeout of its own gets this one: a hung child fails the test instead of the
+# suite (a training process was once left running 10 minutes after the suite ended)
+SUBPROCESS_TIMEOUT = 900
+
+# where each tool writes its caches and run folders unless told otherwise (home or /tmp): sent into the session's
+# temporary folder. WANDB_DIR is the run folder (./wandb by default, in the test's own folder), so it is left alone.
+CACHE_VARIABLES = ('TMPDIR', 'TORCHINDUCTOR_CACHE_DIR', 'TRITON_CACHE_DIR', 'TORCHELASTIC_ERROR_FILE',
+                   'WANDB_CACHE_DIR', 'WANDB_CONFIG_DIR', 'WANDB_DATA_DIR', 'WANDB_ARTIFACT_DIR', 'MPLCONFIGDIR')
+
+
+def needs_shared(path: Path) -> str:
+    """ The reason a test that needs `path` under ../shared skips when it is absent. """
+    return f'needs {path} (../shared beside the repository); not found'
 
 
 @pytest.fixture(scope='session')
 def cifar10_dir() -> Path:
     if not (SHARED_CIFAR10 / 'train').is_dir():
-        pytest.skip(f'shared CIFAR-10 not found at {SHARED_CIFAR10}')
+        pytest.skip(needs_shared(SHARED_CIFAR10))
     return SHARED_CIFAR10
+
+
+@pytest.fixture(scope='session', autouse=True)
+def caches_in_the_session_folder(tmp_path_factory):
+    """ torch.compile (inductor, triton), torchelastic (its log folder is a tempfile.mkdtemp), wandb and matplotlib
+    write into the session's temporary folder, in this process and in every subprocess (they inherit os.environ). """
+    root = tmp_path_factory.mktemp('caches')
+    saved = {name: os.environ.get(name) for name in CACHE_VARIABLES}
+    for name in CACHE_VARIABLES:
+        folder = root / name.lower()
+        if name == 'TORCHELASTIC_ERROR_FILE':
+            os.environ[name] = str(root / 'torchelastic_error.json')
+            continue
+        folder.mkdir()
+        os.environ[name] = str(folder)
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, os.environ['TMPDIR']
+    yield root
+    tempfile.tempdir = saved_tempdir
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def thread_count_restored():
+    """ A test may set torch's thread count (the determinism tests do); the next one starts with the suite's. """
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _started_by_a_test() -> bool:
+    """ Whether the code that asked for the subprocess is a test (not a library a test called, whose worker pools
+    outlive one call by design). """
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename in (subprocess.__file__, __file__):
+        frame = frame.f_back
+    return frame is not None and Path(frame.f_code.co_filename).resolve().parent == TESTS
+
+
+class _TrackedPopen(subprocess.Popen):
+    started: list = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if _started_by_a_test():
+            _TrackedPopen.started.append(self)
+
+
+def _run_with_timeout(*args, timeout=None, **kwargs):
+    if timeout is None and _started_by_a_test():
+        timeout = SUBPROCESS_TIMEOUT
+    return _plain_run(*args, timeout=timeout, **kwargs)
+
+
+_plain_run = subprocess.run
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """ End a child and, when it leads its own session, its whole process group (a torchrun's workers). """
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=30)
+    except (subprocess.TimeoutExpired, ValueError, OSError):
+        pass
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == 'call':
+        item.call_passed = report.passed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def subprocesses_end_with_the_test(monkeypatch, request):
+    """ Every subprocess a test starts has a timeout (subprocess.run's default here) and is killed when the test
+    ends with it still running; a test that passed with one still running fails, as it leaks it. """
+    monkeypatch.setattr(subprocess, 'Popen', _TrackedPopen)
+    monkeypatch.setattr(subprocess, 'run', _run_with_timeout)
+    _TrackedPopen.started = []
+    yield
+    left = [p for p in _TrackedPopen.started if p.poll() is None]
+    for proc in left:
+        _kill(proc)
+    _TrackedPopen.started = []
+    if getattr(request.node, 'call_passed', False):
+        assert not left, f'subprocesses still running at the end of the test, killed: {[p.args for p in left]}'

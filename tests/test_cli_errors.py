@@ -492,7 +492,7 @@ def test_folder_of_a_killed_first_epoch_offers_no_resume(tmp_path, capsys):
 
 def test_export_removes_the_staging_folders_of_a_killed_export(tmp_path, capsys):
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
-    dead.wait()
+    dead.wait(timeout=60)
     stale = [tmp_path / '.tgt.0123abcd.tmp', tmp_path / f'.tgt.{dead.pid}-89abcdef.tmp',
              tmp_path / f'.tgt.{dead.pid}-89abcdef.old']
     live = tmp_path / f'.tgt.{os.getppid()}-01234567.tmp'  # an export still running in another process

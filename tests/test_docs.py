@@ -118,7 +118,7 @@ def test_documented_command(doc, tokens):
     else:  # one of timm's scripts, wherever the user keeps them: its options as timm publishes them
         shared = TIMM_SCRIPTS / Path(script).name
         if not shared.is_file():
-            pytest.skip(f"timm's {Path(script).name} not found at {shared}")
+            pytest.skip(f"needs timm's {Path(script).name} at {shared} (../shared beside the repository); not found")
         _check_options(script_args[1:], _script_options(shared), f"timm's {shared.name}")
         if '--model' in script_args:
             assert _known_model(script_args[script_args.index('--model') + 1])

@@ -410,7 +410,7 @@ def test_exports_load_in_plain_timm_with_the_same_outputs(tmp_path):
     torch.save(inputs, tmp_path / 'inputs.pt')
 
     proc = subprocess.run([sys.executable, '-c', _PLAIN_TIMM, str(tmp_path / 'inputs.pt'), str(tmp_path / 'out.pt')],
-                          capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+                          capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=300)
     assert proc.returncode == 0, proc.stderr
     plain = torch.load(tmp_path / 'out.pt')
     assert len(plain) == 2 * len(exports)
@@ -478,7 +478,7 @@ def test_a_changed_private_parser_degrades_to_plain_timm_with_a_warning(tmp_path
             'weights = safetensors.torch.load_file(f"{sys.argv[1]}/model.safetensors")\n'
             'print(type(model).__name__, all(torch.equal(v, weights[k]) for k, v in model.state_dict().items()))')
     proc = subprocess.run([sys.executable, '-c', code, str(folder)], capture_output=True, text=True,
-                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+                          env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ['VisionTransformer', 'True']
     assert "exports load as timm's VisionTransformer (same weights and outputs)" in proc.stderr
@@ -490,7 +490,7 @@ def test_import_timm_structinit_alone_rebuilds_the_registered_model(tmp_path):
             'model = timm.create_model(sys.argv[1], pretrained=True)\n'
             'print(type(model).__name__, model.sincos_pos_embed, model.struct_init_seed)')
     proc = subprocess.run([sys.executable, '-c', code, f'local-dir:{folder}'], capture_output=True, text=True,
-                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+                          env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ['StructVisionTransformer', 'True', '1']
 
@@ -724,7 +724,7 @@ def test_command_line_process_errors_without_traceback(tmp_path):
     taken.mkdir()
     (taken / 'x').write_text('x')
     argv = [sys.executable, '-m', 'timm_structinit.cli', 'export', MIMETIC, str(taken)]
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2  # invalid input; 1 is for failures while working
     assert proc.stderr == f'timm-structinit export: error: export target {taken} is not empty; choose a new ' \
                           f'directory or pass force=True (--force) to replace it\n'

@@ -132,6 +132,6 @@ def test_timm_scripts_get_the_recipe_file(tmp_path):
     script = tmp_path / 'show_args.py'
     script.write_text('import sys, yaml\nprint(yaml.safe_load(open(sys.argv[2]))["model"])\n')
     done = subprocess.run([sys.executable, '-m', 'timm_structinit.run', script, '-c', 'impulse_vit_tiny_patch2_cifar10'],
-                          capture_output=True, text=True, cwd=tmp_path)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == yaml.safe_load(open(path))['model']

@@ -8,6 +8,7 @@ import timm_structinit
 from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
 from timm_structinit.inits.mimetic import balanced_factors, truncated_factors
 from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
+from paper_reference import assert_record_is_timms
 
 # seeds and thread counts that gave factors of ~1e33 (and a product that still looked right) when the factors
 # divided by the square root of a float32 Gram eigenvalue
@@ -81,39 +82,43 @@ def test_truncated_factors_exact_and_zero_safe():
     torch.testing.assert_close(left.norm(dim=-2), s[..., :12].float().sqrt(), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize('name,kwargs', [
-    ('vit_tiny_patch2_32_mimetic', {}),
-    ('vit_tiny_patch2_32', dict(struct_init='impulse2025')),
-    ('vit_tiny_patch2_32_impulse3', dict(struct_init_kwargs=dict(fast_iters=20))),
-])
-def test_same_weights_whatever_the_thread_count(name, kwargs, threads):
-    states = []
-    for num_threads in (1, 2):
-        threads(num_threads)
-        torch.manual_seed(0)
-        states.append(timm.create_model(name, depth=4, **kwargs).state_dict())
-    for key in states[0]:
-        assert torch.equal(states[0][key], states[1][key]), key
-
-
-@pytest.mark.parametrize('solver,options', [
-    ('fast', dict(fast_iters=5)), ('adam', dict(adam_iters=3, norm_every=2)), ('svd', {})])
-def test_every_solver_from_create_model(solver, options):
-    """ create_model runs the init under timm's no_grad; the adam solver needs autograd all the same. """
+@pytest.mark.parametrize('solver,options,least_hits', [
+    ('fast', dict(fast_iters=5), 0.7), ('adam', dict(adam_iters=30, adam_lr=1e-2, norm_every=10), 0.3),
+    ('svd', {}, 0.7)])
+def test_every_solver_from_create_model(solver, options, least_hits):
+    """ create_model runs the init under timm's no_grad; the adam solver needs autograd all the same. The solved Q/K
+    are written: timm's forward on the pseudo input gives the recorded maps, peaked on their offsets, and every
+    other weight is what the same model without the init has. """
+    torch.manual_seed(0)
     model = timm.create_model(
         'vit_tiny_patch2_32_gap_sincos', depth=2, struct_init='impulse',
         struct_init_kwargs=dict(solver=solver, **options), struct_init_seed=0)
     record = model.struct_init_record
     assert record['solver'] == solver and record['cfg']['solver'] == solver
+    stats = assert_record_is_timms(model)
+    assert min(min(layer['hit_rate']) for layer in stats) >= least_hits, stats
+    torch.manual_seed(0)
     base = timm.create_model('vit_tiny_patch2_32_gap_sincos', depth=2)
-    assert not torch.equal(model.blocks[0].attn.qkv.weight[:192], base.blocks[0].attn.qkv.weight[:192])
+    for key, value in base.state_dict().items():
+        if key.endswith('attn.qkv.weight'):
+            assert torch.equal(value[384:], model.state_dict()[key][384:]), key  # V keeps its init
+        elif not key.endswith('attn.qkv.bias'):
+            assert torch.equal(value, model.state_dict()[key]), key
 
 
 def test_adam_solver_from_apply_init_under_no_grad():
-    model = timm.create_model('vit_tiny_patch2_32_gap_sincos', depth=1)
-    with torch.no_grad():
-        timm_structinit.apply_init(model, 'impulse', seed=0, solver='adam', adam_iters=2)
-    assert model.struct_init_record['solver'] == 'adam'
+    """ Under a caller's no_grad the reference solver still descends: 30 steps leave a lower objective than 1, and
+    the record is what timm's forward computes on the written weights. """
+    objectives = []
+    for iters in (1, 30):
+        model = timm.create_model('vit_tiny_patch2_32_gap_sincos', depth=1)
+        with torch.no_grad():
+            timm_structinit.apply_init(model, 'impulse', seed=0, solver='adam', adam_iters=iters, adam_lr=1e-2,
+                                       norm_every=10)
+        assert model.struct_init_record['solver'] == 'adam'
+        stats = assert_record_is_timms(model)
+        objectives.append(sum(stats[0]['objective']))
+    assert objectives[1] < 0.9 * objectives[0], objectives
 
 
 @pytest.mark.parametrize('init', timm_structinit.list_inits())

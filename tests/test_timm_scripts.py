@@ -26,7 +26,9 @@ SCRIPTS = REPO.parent / 'shared' / 'timm-scripts'
 CLASSES = ('cat', 'dog', 'ship')
 DEVICE = ['--device', 'cpu']
 MODEL_ARGS = [*DEVICE, '--model-kwargs', 'embed_dim=32', 'depth=1', 'num_heads=2', 'patch_size=8']
-needs_scripts = pytest.mark.skipif(not (SCRIPTS / 'train.py').is_file(), reason=f'timm scripts not found at {SCRIPTS}')
+needs_scripts = pytest.mark.skipif(
+    not (SCRIPTS / 'train.py').is_file(),
+    reason=f"needs timm's scripts at {SCRIPTS} (../shared beside the repository); not found")
 
 
 def _env() -> dict:
@@ -39,6 +41,31 @@ def _run(args, cwd) -> subprocess.CompletedProcess:
                             timeout=600)
     assert result.returncode == 0, f'{args}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}'
     return result
+
+
+def _own_logits(checkpoint: Path, folder: Path) -> dict:
+    """ {image path relative to `folder`: (its class, the logits)} from the checkpoint, computed here with timm's own
+    model, checkpoint loader and eval transform: the figures the scripts report, restated without them. """
+    import timm
+    from timm.data import create_transform, resolve_data_config
+    model = timm.create_model('vit_tiny_patch2_32_impulse3', embed_dim=32, depth=1, num_heads=2, patch_size=8,
+                              num_classes=len(CLASSES))
+    timm.models.load_checkpoint(model, str(checkpoint))
+    transform = create_transform(**resolve_data_config({}, model=model))
+    out = {}
+    with torch.no_grad():
+        for label, name in enumerate(CLASSES):
+            for path in sorted((folder / name).iterdir()):
+                image = transform(Image.open(path).convert('RGB'))[None]
+                out[str(path.relative_to(folder))] = (label, model.eval()(image)[0])
+    return out
+
+
+def _top1_and_loss(logits: dict):
+    labels = torch.tensor([label for label, _ in logits.values()])
+    outputs = torch.stack([out for _, out in logits.values()])
+    top1 = 100 * (outputs.argmax(-1) == labels).double().mean().item()
+    return top1, torch.nn.functional.cross_entropy(outputs, labels).item()
 
 
 @pytest.fixture(scope='module')
@@ -69,13 +96,17 @@ def trained(image_folder, tmp_path_factory) -> Path:
 
 
 @needs_scripts
-def test_train_script(trained):
+def test_train_script(trained, image_folder):
     with open(trained / 'summary.csv') as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and float(rows[0]['train_loss']) > 0
     checkpoint = torch.load(trained / 'last.pth.tar', map_location='cpu', weights_only=False)
     assert checkpoint['arch'] == 'vit_tiny_patch2_32_impulse3'
     assert checkpoint['state_dict']['head.weight'].shape == (3, 32)
+    # the epoch's evaluation is of the weights it saved, on the val split
+    top1, loss = _top1_and_loss(_own_logits(trained / 'last.pth.tar', image_folder / 'val'))
+    assert float(rows[0]['eval_top1']) == pytest.approx(top1, abs=1e-3)
+    assert float(rows[0]['eval_loss']) == pytest.approx(loss, rel=1e-4, abs=1e-5)
 
 
 @needs_scripts
@@ -86,7 +117,8 @@ def test_validate_script(trained, image_folder, tmp_path):
           '--split', 'val', '-b', 6, '--workers', 1, '--results-file', results], cwd=tmp_path)
     with open(results) as f:
         row, = csv.DictReader(f)
-    assert row['model'] == 'vit_tiny_patch2_32_impulse3' and 0 <= float(row['top1']) <= 100
+    top1, _ = _top1_and_loss(_own_logits(trained / 'last.pth.tar', image_folder / 'val'))
+    assert row['model'] == 'vit_tiny_patch2_32_impulse3' and float(row['top1']) == pytest.approx(top1, abs=1e-2)
 
 
 @needs_scripts
@@ -94,10 +126,17 @@ def test_inference_script(trained, image_folder, tmp_path):
     _run(['-m', 'timm_structinit.run', SCRIPTS / 'inference.py', '--model', 'vit_tiny_patch2_32_impulse3',
           *MODEL_ARGS, '--num-classes', 3, '--checkpoint', trained / 'last.pth.tar', '--data-dir',
           image_folder / 'val', '-b', 6, '--workers', 1, '--topk', 2, '--results-dir', tmp_path,
-          '--results-file', 'topk', '--results-format', 'csv', '--no-console-results'], cwd=tmp_path)
+          '--results-file', 'topk', '--results-format', 'csv', '--no-console-results', '--fullname',
+          '--results-separate-col', '--include-index', '--label-type', 'none'], cwd=tmp_path)
     with open(tmp_path / 'topk.csv') as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 2 * len(CLASSES)
+        rows = {row['filename']: row for row in csv.DictReader(f)}
+    logits = _own_logits(trained / 'last.pth.tar', image_folder / 'val')
+    assert len(rows) == len(logits) == 2 * len(CLASSES)
+    for name, (_, output) in logits.items():
+        row = rows[str(image_folder / 'val' / name)] if str(image_folder / 'val' / name) in rows else rows[name]
+        top = output.topk(2)
+        assert [int(row['index_0']), int(row['index_1'])] == top.indices.tolist(), name
+        assert float(row['prob_0']) == pytest.approx(output.softmax(-1).max().item(), abs=1e-5), name
 
 
 @needs_scripts
@@ -128,7 +167,13 @@ def test_benchmark_script(tmp_path):
     _run(['-m', 'timm_structinit.run', SCRIPTS / 'benchmark.py', '--model', 'vit_tiny_patch2_32_mimetic',
           *MODEL_ARGS, '--bench', 'inference', '--num-warm-iter', 1, '--num-bench-iter', 5, '-b', 2,
           '--results-file', results, '--results-format', 'json'], cwd=tmp_path)
-    assert 'infer_samples_per_sec' in results.read_text()
+    result = json.loads(results.read_text())
+    result = result[0] if isinstance(result, list) else result
+    model = timm_structinit.vision_transformer.vit_tiny_patch2_32_mimetic(embed_dim=32, depth=1, num_heads=2,
+                                                                          patch_size=8)
+    assert result['model'] == 'vit_tiny_patch2_32_mimetic' and result['infer_batch_size'] == 2
+    assert result['param_count'] == round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+    assert result['infer_samples_per_sec'] > 0 and result['infer_img_size'] == 32
 
 
 def test_run_refuses_missing_script(tmp_path, capsys):

@@ -68,7 +68,8 @@ def load(path):
     return torch.load(path, map_location='cpu', weights_only=False)
 
 
-@pytest.mark.skipif(not SHARED_CIFAR10.is_dir(), reason=f'shared CIFAR-10 copy not found at {SHARED_CIFAR10}')
+@pytest.mark.skipif(not SHARED_CIFAR10.is_dir(),
+                    reason=f'needs CIFAR-10 at {SHARED_CIFAR10} (../shared beside the repository); not found')
 def test_cifar10_slice_trains_and_writes_outputs(tmp_path, capsys):
     argv = [*TINY_MODEL, *FAST, '--data-dir', SHARED_CIFAR10, '--val-split', 'test', '--train-subset', 256,
             '--val-subset', 100, '--epochs', 3, '--smoothing', 0, '--output', tmp_path, '--experiment', 'c10',
@@ -148,7 +149,7 @@ def test_killed_run_resumes_from_last_good_checkpoint(reference_run, tmp_path):
     while not (run / 'last.pth.tar').exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
     meta = timm.utils.load_checkpoint_metadata(str(run / 'last.pth.tar'))
     assert meta['epoch'] < 2, 'the run finished before it could be killed'

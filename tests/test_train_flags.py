@@ -112,7 +112,8 @@ def test_log_wandb_offline_writes_its_run_folder(tmp_path):
            '--batch-size', '32', '--epochs', '2', '--log-wandb', '--wandb-project', 'structinit-test',
            '--output', str(tmp_path / 'out'), '--experiment', 'w']
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env=dict(os.environ, WANDB_MODE='offline', WANDB_SILENT='true', OMP_NUM_THREADS='1'))
+                          env=dict(os.environ, WANDB_MODE='offline', WANDB_SILENT='true', WANDB_DIR=str(tmp_path),
+                                    OMP_NUM_THREADS='1'))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = list((tmp_path / 'wandb').glob('offline-run-*'))
     assert len(runs) == 1
@@ -126,7 +127,8 @@ def _timm_train_options():
                    if o})
 
 
-@pytest.mark.skipif(not TIMM_TRAIN.is_file(), reason=f"timm's train.py not found at {TIMM_TRAIN}")
+@pytest.mark.skipif(not TIMM_TRAIN.is_file(),
+                    reason=f"needs timm's train.py at {TIMM_TRAIN} (../shared beside the repository); not found")
 def test_every_option_of_timms_train_py_is_ours_or_refused_with_a_pointer(capsys):
     ours = {o for action in train_mod.build_parser()._actions for o in action.option_strings}
     refused = 0
