@@ -54,6 +54,9 @@ def caches_in_the_session_folder(tmp_path_factory):
         folder.mkdir()
         os.environ[name] = str(folder)
     saved_tempdir, tempfile.tempdir = tempfile.tempdir, os.environ['TMPDIR']
+    # matplotlib builds its font cache on first import; built here, a subprocess finds it instead of writing it (a
+    # test that caps the size of the files a command may write would otherwise see matplotlib's warning)
+    import matplotlib.font_manager  # noqa: F401
     yield root
     tempfile.tempdir = saved_tempdir
     for name, value in saved.items():

@@ -172,6 +172,10 @@ NOT_RUN = (
     (r'^bash \.ci/run', 'CI: a fresh install and the whole suite'),
     (r'^git clone', "needs internet; the tests take timm's scripts from ../shared/timm-scripts"),
     (r'benchmarks/compare_inits\.py', 'hours of training; the benchmark is checked by its own runs'),
+    (r'benchmarks/mutations\.py', 'runs the init tests once per planted bug (minutes); its committed result is '
+                                 'benchmarks/results/mutations.txt'),
+    (r'benchmarks/gpu/', 'packs data and trains on a GPU machine (minutes of a GPU); tests/test_compare_inits.py '
+                         'checks the protocol'),
     (r'--data-dir data/cifar100', 'downloads CIFAR-100 (the 2025 recipes fetch their data); tests/test_recipes.py '
                                   'checks the recipe'),
     (r'hf-hub:', "reads a model from the Hugging Face Hub; tests/test_hub.py covers the Hub's layout"),

@@ -203,7 +203,7 @@ def test_ddp_two_processes(tmp_path):
 
 
 @pytest.mark.parametrize('config', CONFIGS, ids=[c.stem for c in CONFIGS])
-def test_config_parses_into_valid_arguments(config, monkeypatch):
+def test_config_parses_into_valid_arguments(config, monkeypatch, tmp_path):
     text = config.read_text()
     assert text.startswith('#'), 'every config starts with a comment header'
     assert '\n# Source: ' in text, 'every config names its source on one line'
@@ -211,7 +211,8 @@ def test_config_parses_into_valid_arguments(config, monkeypatch):
         assert 'arXiv' in text and ('Not pinned down' in text or 'Left open' in text)
     if 'aug_repeats' in text:  # a distributed recipe: checked as one process of a torchrun would check it
         monkeypatch.setenv('WORLD_SIZE', '16')
-    args = train_mod.parse_args(['-c', config.stem])
+    # a shipped recipe names no data folder: the user gives one
+    args = train_mod.parse_args(['-c', config.stem, '--data-dir', str(tmp_path)])
     train_mod.check_args(args)  # the model among them: registered
     # every key is used as written: the parsed value equals the YAML value
     import yaml
