@@ -35,6 +35,7 @@ from timm_structinit.inits import apply_init_cfg
 from timm_structinit.inits.heads import find_attention
 from timm_structinit.inits.impulse import impulse_pseudo_input, impulse_target
 from timm_structinit.inits.impulse_solvers import map_metrics
+from timm_structinit.pos_embed import sincos_pos_embed
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(os.environ.get('TIMM_SCRIPTS_DIR') or REPO.parent / 'shared' / 'timm-scripts')
@@ -59,6 +60,16 @@ TINY_VIT = ['--model', 'vit_tiny_patch2_32_impulse3',
 FAST = ['--opt', 'adamw', '--lr', '1e-3', '--weight-decay', '0.01', '--warmup-epochs', '0', '--workers', '2',
         '--batch-size', '16', '--log-interval', '1000', '--seed', '3']
 CLASSES = ('cat', 'dog', 'ship')
+
+
+@pytest.fixture(scope='module', autouse=True)
+def init_threads():
+    """ The inits spread their CPU math over torch's threads (conftest keeps 2 for CI); a GPU machine has more cores,
+    and the ViT-B mimetic builds here are most of this file's time. """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(threads, min(4, os.cpu_count() or 1)))
+    yield
+    torch.set_num_threads(threads)
 
 
 def _state_dicts_equal(a, b):
@@ -118,6 +129,10 @@ def test_built_with_device_cuda(name):
     computes on the CPU from the same model (timm's own weights were drawn on the GPU: the reference copies them). """
     gpu = timm.create_model(name, device='cuda', struct_init_seed=0)
     assert _on_device(gpu, 'cuda')
+    if getattr(gpu, 'sincos_pos_embed', False):  # the fixed table is the CPU's, bit for bit
+        prefix = 0 if gpu.no_embed_class else gpu.num_prefix_tokens
+        expected = sincos_pos_embed(list(gpu.patch_embed.grid_size), gpu.embed_dim, num_prefix_tokens=prefix)
+        assert torch.equal(gpu.pos_embed.cpu(), expected * gpu.pos_embed_scale)
     if gpu.struct_init is not None:
         reference = copy.deepcopy(gpu).cpu()
         apply_init_cfg(reference, reference.struct_init, reference.struct_init_cfg, seed=0)

@@ -81,7 +81,7 @@ if [ "$QUICK" = 1 ]; then
             --warm-iter 1 --bench-iter 5 --model-kwargs depth=1)
     CREATE=(--repeats 1 --models vit_tiny_patch2_32_impulse3)
 else
-    ANCHOR=(--batch-size 128 --workers 12 --epochs 3 --train-images 6144 --warm-iter 10 --bench-iter 40)
+    ANCHOR=(--batch-size 128 --workers 12 --epochs 3 --warm-iter 10 --bench-iter 40)
     CREATE=(--repeats 3 --models vit_tiny_patch2_32_impulse3 vit_tiny_patch2_32_mimetic vit_base_patch16_224_mimetic
             vit_base_patch16_224_impulse2025 swin_tiny_patch2_window4_32_impulse3 mixer_s4_32_impulse3)
 fi
