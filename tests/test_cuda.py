@@ -329,11 +329,10 @@ ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model), device_ids
 images = torch.randn(8, 3, 32, 32, device='cuda')
 target = torch.arange(8, device='cuda') % 10
 for m in (model, ddp):
-    with torch.autocast('cuda', dtype=torch.bfloat16):
-        torch.nn.functional.cross_entropy(m(images), target).backward()
+    torch.nn.functional.cross_entropy(m(images), target).backward()
 for (name, a), b in zip(model.named_parameters(), ddp.module.parameters()):
-    if a.requires_grad:
-        torch.testing.assert_close(b.grad, a.grad, msg=name)
+    if a.requires_grad:  # (the attention kernels' backward may add in another order from run to run)
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
 torch.distributed.destroy_process_group()
 """
 
