@@ -164,6 +164,14 @@ def main(argv=None) -> dict:
               'date': datetime.now(timezone.utc).isoformat(timespec='seconds'), 'batch_size': args.batch_size,
               'amp_dtype': args.amp_dtype, 'workers': args.workers, 'models': {}}
     log = []
+
+    def save():  # after each model, so that a run stopped at its time limit keeps what it measured
+        report['commands'] = log
+        if args.out:
+            write_lines(args.out, lines + ['', '# commands (in a temporary folder):', *[f'# {c}' for c in log]])
+        if args.json:
+            write_lines(args.json, [json.dumps(report, indent=1)])
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         folders = {}
@@ -196,11 +204,7 @@ def main(argv=None) -> dict:
                 lines.append(f'infer {name:30s} ours {med["ours"]:9.1f} img/s  benchmark.py ({plain}) '
                              f'{med["timm"]:9.1f} img/s  ratio {med["ours"] / med["timm"]:.3f}')
                 print(lines[-1], flush=True)
-    report['commands'] = log
-    if args.out:
-        write_lines(args.out, lines + ['', '# commands (in a temporary folder):', *[f'# {c}' for c in log]])
-    if args.json:
-        write_lines(args.json, [json.dumps(report, indent=1)])
+            save()
     return report
 
 
