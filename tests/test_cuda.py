@@ -106,40 +106,7 @@ def _summary(run: Path):
         return list(csv.DictReader(f))
 
 
-# ---------------------------------------------------------------------------------------------------------- models
-
-
-@pytest.mark.parametrize('name', REGISTERED)
-def test_init_on_a_model_moved_to_the_gpu_matches_the_cpu(name):
-    """ Built on the CPU then moved: the init applied again on the GPU copy writes the same bits as on the CPU, and
-    every weight stays on the GPU. """
-    cpu = timm.create_model(name, struct_init_seed=1)
-    gpu = copy.deepcopy(cpu).cuda()
-    if cpu.struct_init is not None:
-        apply_init_cfg(gpu, gpu.struct_init, gpu.struct_init_cfg, seed=1)
-    assert _on_device(gpu, 'cuda')
-    assert _state_dicts_equal(gpu, cpu)
-    with torch.no_grad():
-        assert torch.isfinite(gpu.eval()(_input_for(gpu))).all()
-
-
-@pytest.mark.parametrize('name', REGISTERED)
-def test_built_with_device_cuda(name):
-    """ `timm.create_model(name, device='cuda')`: everything on the GPU, and the init's weights are those the init
-    computes on the CPU from the same model (timm's own weights were drawn on the GPU: the reference copies them). """
-    gpu = timm.create_model(name, device='cuda', struct_init_seed=0)
-    assert _on_device(gpu, 'cuda')
-    if getattr(gpu, 'sincos_pos_embed', False):  # the fixed table is the CPU's, bit for bit
-        prefix = 0 if gpu.no_embed_class else gpu.num_prefix_tokens
-        expected = sincos_pos_embed(list(gpu.patch_embed.grid_size), gpu.embed_dim, num_prefix_tokens=prefix)
-        assert torch.equal(gpu.pos_embed.cpu(), expected * gpu.pos_embed_scale)
-    if gpu.struct_init is not None:
-        reference = copy.deepcopy(gpu).cpu()
-        apply_init_cfg(reference, reference.struct_init, reference.struct_init_cfg, seed=0)
-        assert _state_dicts_equal(gpu, reference)
-        assert gpu.struct_init_record['seed'] == 0
-    with torch.no_grad():
-        assert torch.isfinite(gpu.eval()(_input_for(gpu))).all()
+# ------------------------------------------------------------------------------------ apply_init on timm's models
 
 
 def _timm_vit():
@@ -393,3 +360,39 @@ def test_timm_benchmark_script_on_cuda(tmp_path):
     result = json.loads(results.read_text())
     result = result[0] if isinstance(result, list) else result
     assert result['infer_samples_per_sec'] > 0 and result['train_samples_per_sec'] > 0
+
+
+# ------------------------------------------------- every registered model (last: the longest, ViT-B mimetic builds)
+
+
+@pytest.mark.parametrize('name', REGISTERED)
+def test_init_on_a_model_moved_to_the_gpu_matches_the_cpu(name):
+    """ Built on the CPU then moved: the init applied again on the GPU copy writes the same bits as on the CPU, and
+    every weight stays on the GPU. """
+    cpu = timm.create_model(name, struct_init_seed=1)
+    gpu = copy.deepcopy(cpu).cuda()
+    if cpu.struct_init is not None:
+        apply_init_cfg(gpu, gpu.struct_init, gpu.struct_init_cfg, seed=1)
+    assert _on_device(gpu, 'cuda')
+    assert _state_dicts_equal(gpu, cpu)
+    with torch.no_grad():
+        assert torch.isfinite(gpu.eval()(_input_for(gpu))).all()
+
+
+@pytest.mark.parametrize('name', REGISTERED)
+def test_built_with_device_cuda(name):
+    """ `timm.create_model(name, device='cuda')`: everything on the GPU, and the init's weights are those the init
+    computes on the CPU from the same model (timm's own weights were drawn on the GPU: the reference copies them). """
+    gpu = timm.create_model(name, device='cuda', struct_init_seed=0)
+    assert _on_device(gpu, 'cuda')
+    if getattr(gpu, 'sincos_pos_embed', False):  # the fixed table is the CPU's, bit for bit
+        prefix = 0 if gpu.no_embed_class else gpu.num_prefix_tokens
+        expected = sincos_pos_embed(list(gpu.patch_embed.grid_size), gpu.embed_dim, num_prefix_tokens=prefix)
+        assert torch.equal(gpu.pos_embed.cpu(), expected * gpu.pos_embed_scale)
+    if gpu.struct_init is not None:
+        reference = copy.deepcopy(gpu).cpu()
+        apply_init_cfg(reference, reference.struct_init, reference.struct_init_cfg, seed=0)
+        assert _state_dicts_equal(gpu, reference)
+        assert gpu.struct_init_record['seed'] == 0
+    with torch.no_grad():
+        assert torch.isfinite(gpu.eval()(_input_for(gpu))).all()

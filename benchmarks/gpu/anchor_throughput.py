@@ -41,7 +41,7 @@ PAIRS = {
 }
 NUM_CLASSES = 10
 # training images per input size: epochs of a few seconds on one H100 (ViT-T/2 at 32 px runs ~10x more images/s)
-TRAIN_IMAGES = {32: 16384, 224: 4096}
+TRAIN_IMAGES = {32: 12288, 224: 3072}
 # timm's train.py: "Train: EPOCH [ IDX/N (PCT%)]  Loss: ...  Time: ...s, RATE/s  (AVG_TIME s, AVG_RATE/s)"
 TIMM_TRAIN_LINE = re.compile(r'Train: (\d+) \[\s*(\d+)/(\d+).*?\(\s*[\d.]+s,\s*([\d.]+)/s\)')
 
@@ -155,8 +155,8 @@ def main(argv=None) -> dict:
         f'# device: {args.device} ({device_name}); torch {torch.__version__}, timm {timm.__version__}, python '
         f'{platform.python_version()}, {os.cpu_count()} CPUs',
         f'# batch {args.batch_size}, AMP {args.amp_dtype or "off (float32)"}, {args.workers} loader workers, pinned '
-        f'memory; {args.train_images or TRAIN_IMAGES} synthetic JPEGs, {args.epochs} epochs per run (the first discarded), '
-        f'{args.rounds} alternating round(s); inference: benchmark.py, {args.bench_iter} batches after '
+        f'memory; {args.train_images or TRAIN_IMAGES} synthetic JPEGs, {args.epochs} epochs per run (the first '
+        f'discarded), {args.rounds} alternating round(s); inference: benchmark.py, {args.bench_iter} batches after '
         f'{args.warm_iter}' + (f'; extra model kwargs {" ".join(args.model_kwargs)}' if args.model_kwargs else ''),
     ]
     print('\n'.join(lines), flush=True)
