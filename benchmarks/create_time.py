@@ -6,6 +6,10 @@ medians are compared:
 
     python benchmarks/create_time.py --repeats 11 --threads 1 2 --out benchmarks/results/create_time.txt
 
+With `--device cuda` every model is built with `timm.create_model(..., device='cuda')` (timm allocates and
+initializes its weights on the GPU; the structured inits compute on the CPU and copy their weights there), each build
+timed to the GPU's completion.
+
 For the mimetic rows it also times the floor of any exact method: the eigenvalues alone of the D x D matrices whose
 top-k factors mimetic Q/K writes (`floor s`, and `floor x` against plain timm).
 """
@@ -34,7 +38,7 @@ def registered_models():
     return [m for m in timm.list_models() if timm.models.model_entrypoint(m).__module__.startswith('timm_structinit')]
 
 
-def plain_twin(name: str):
+def plain_twin(name: str, device: str = 'cpu'):
     """ A builder of the same architecture in plain timm (timm's init everywhere, a learned position table): timm's
     ViT and Swin entrypoints with the geometry overridden, timm's Mixer class (its entrypoints fix patch, depth and
     width). Average pooling without a class token where the registered model has it. """
@@ -44,24 +48,25 @@ def plain_twin(name: str):
         kwargs = dict(img_size=32, patch_size=2, num_classes=10) if geometry == '2_32' else {}
         if 'gap' in variant or 'impulse' in variant:
             kwargs.update(_GAP)
-        return lambda: timm.create_model(f'vit_{size}_patch16_224', **kwargs)
+        return lambda: timm.create_model(f'vit_{size}_patch16_224', device=device, **kwargs)
     if name.startswith('swin_tiny_patch2_window4_32'):
-        return lambda: timm.create_model('swin_tiny_patch4_window7_224', **_SWIN32)
+        return lambda: timm.create_model('swin_tiny_patch4_window7_224', device=device, **_SWIN32)
     if name.startswith('mixer_s4_32'):
-        return lambda: MlpMixer(**_MIXER32)
+        return lambda: MlpMixer(**_MIXER32, device=device)
     raise ValueError(f'no plain-timm twin for {name}: add one to plain_twin')
 
 
-def rows():
+def rows(device: str = 'cpu'):
     """ (label, ours, theirs) for every registered model and timm's 224 px Swin-T with each init. """
-    out = [(name, (lambda n=name: timm.create_model(n)), plain_twin(name)) for name in registered_models()]
+    out = [(name, (lambda n=name: timm.create_model(n, device=device)), plain_twin(name, device))
+           for name in registered_models()]
     swin224 = 'swin_tiny_patch4_window7_224'
     for init in ('mimetic', 'impulse'):
         def ours(init=init):
-            model = timm.create_model(swin224)
+            model = timm.create_model(swin224, device=device)
             timm_structinit.apply_init(model, init, seed=0)
             return model
-        out.append((f'{swin224} + apply_init {init}', ours, lambda: timm.create_model(swin224)))
+        out.append((f'{swin224} + apply_init {init}', ours, lambda: timm.create_model(swin224, device=device)))
     return out
 
 
@@ -84,13 +89,16 @@ def eigenvalue_floor(model, repeats: int) -> float:
     return statistics.median(times)
 
 
-def median_times(ours, theirs, repeats: int):
-    ours(), theirs()  # warm-up: imports, allocator, MKL
+def median_times(ours, theirs, repeats: int, device: str = 'cpu'):
+    ours(), theirs()  # warm-up: imports, allocator, MKL (and the CUDA context and kernels)
+    sync = torch.cuda.synchronize if device.startswith('cuda') else (lambda: None)
     times = {'ours': [], 'timm': []}
     for _ in range(repeats):
         for key, build in (('ours', ours), ('timm', theirs)):
+            sync()
             start = time.perf_counter()
             build()
+            sync()  # a build on the GPU returns before its kernels finish
             times[key].append(time.perf_counter() - start)
     return statistics.median(times['ours']), statistics.median(times['timm'])
 
@@ -100,13 +108,15 @@ def main(argv=None) -> None:
     parser.add_argument('--repeats', type=int, default=11)
     parser.add_argument('--threads', type=int, nargs='+', default=[1, 2])
     parser.add_argument('--models', nargs='*', default=None, help='labels to time (default: all)')
+    parser.add_argument('--device', default='cpu', help="where timm builds the models ('cpu', 'cuda')")
     parser.add_argument('--out', default='')
     args = parser.parse_args(argv)
+    where = f'{args.device} ({torch.cuda.get_device_name()})' if args.device.startswith('cuda') else args.device
     lines = [
         f'# command: python {" ".join(sys.argv)}',
         f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
-        f'# machine: {platform.machine()}, torch {torch.__version__}, timm {timm.__version__}; median of '
-        f'{args.repeats} alternating builds each; ratio = ours / plain timm',
+        f'# machine: {platform.machine()}, torch {torch.__version__}, timm {timm.__version__}; built on {where}; '
+        f'median of {args.repeats} alternating builds each; ratio = ours / plain timm',
     ]
     print('\n'.join(lines), flush=True)
     saved = torch.get_num_threads()
@@ -116,10 +126,10 @@ def main(argv=None) -> None:
                   f'{"model":48} {"ours s":>8} {"timm s":>8} {"ratio":>6} {"floor s":>8} {"floor x":>7}']
         print('\n'.join(lines[-3:]), flush=True)
         ratios, floors = [], []
-        for label, ours, theirs in rows():
+        for label, ours, theirs in rows(args.device):
             if args.models and label not in args.models:
                 continue
-            a, b = median_times(ours, theirs, args.repeats)
+            a, b = median_times(ours, theirs, args.repeats, args.device)
             ratios.append((a / b, label))
             floor = ''
             if 'mimetic' in label:
@@ -136,7 +146,7 @@ def main(argv=None) -> None:
             lines.append(f'# floor: the eigenvalues alone of the matrices mimetic Q/K factorizes exactly; above 3x of '
                          f'plain timm for {len(beyond)} of {len(floors)} mimetic rows'
                          + (f' ({", ".join(beyond)})' if beyond else ''))
-        print('\n'.join(lines[-2:]), flush=True)
+        print('\n'.join(lines[-(1 + bool(floors)):]), flush=True)
     torch.set_num_threads(saved)
     if args.out:
         write_lines(args.out, lines)

@@ -1,7 +1,7 @@
 """ timm's own scripts (train.py, validate.py, benchmark.py, inference.py, as published in timm's repository) run
 this package's models: train.py through `--device-modules timm_structinit`, the others through
-`python -m timm_structinit.run SCRIPT ...`. The scripts are read from ../shared/timm-scripts beside the repository
-(timm's wheel does not ship them); these tests skip when that folder is absent.
+`python -m timm_structinit.run SCRIPT ...`. The scripts are read from $TIMM_SCRIPTS_DIR (default ../shared/timm-scripts
+beside the repository; timm's wheel does not ship them); these tests skip when that folder is absent.
 
 Also here: RandAugment at full magnitude, whose 0-bit posterize Pillow >= 13 rejects.
 """
@@ -22,7 +22,7 @@ from timm_structinit.pillow_compat import posterize_zero_bits_safe
 from timm_structinit.run import main as run_main
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO.parent / 'shared' / 'timm-scripts'
+SCRIPTS = Path(os.environ.get('TIMM_SCRIPTS_DIR') or REPO.parent / 'shared' / 'timm-scripts')
 CLASSES = ('cat', 'dog', 'ship')
 DEVICE = ['--device', 'cpu']
 MODEL_ARGS = [*DEVICE, '--model-kwargs', 'embed_dim=32', 'depth=1', 'num_heads=2', 'patch_size=8']

@@ -56,7 +56,7 @@ def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
     """
     _grid(model)  # a ValueError for a model without a patch grid
     attn = find_attention(model)[layer]
-    wq, wk = read_qk(attn)
+    wq, wk = (w.cpu() for w in read_qk(attn))  # the pseudo input is built on the CPU
     return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, _init_cfg(model)), wq, wk)
 
 
@@ -98,7 +98,7 @@ def _image_attention_maps(model: nn.Module, layers: Sequence[int], images: torch
             qkv = module.qkv(x).reshape(batch, tokens, 3, module.num_heads, dim // module.num_heads)
             q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
             probs = (q @ k.transpose(-1, -2) * (dim // module.num_heads) ** -0.5).softmax(-1)
-            captured[layer] = probs.mean(0)
+            captured[layer] = probs.mean(0).cpu()  # what reads the maps (metrics, figures) works on the CPU
         return hook
 
     handles = [attns[layer].register_forward_pre_hook(hook_for(layer)) for layer in layers]

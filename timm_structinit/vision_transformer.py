@@ -90,15 +90,13 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
 
     @torch.jit.ignore  # timm's table builder is not scriptable; a scripted dynamic-size model calls it in Python
     def _sincos_table(self, grid_size: List[int]) -> torch.Tensor:
-        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-        table = sincos_pos_embed(
-            grid_size, self.embed_dim, num_prefix_tokens=prefix,
-            dtype=self.pos_embed.dtype, device=self.pos_embed.device)
-        return table if self.pos_embed_scale == 1.0 else table * self.pos_embed_scale
+        return _fixed_table(self, grid_size, self.pos_embed.device)
 
     @torch.no_grad()
     def _reset_sincos(self) -> None:
-        self.pos_embed.copy_(self._sincos_table(list(self.patch_embed.grid_size)))
+        # built on the CPU, then copied: a GPU's sin and cos differ in the last bits, and a model built on a GPU
+        # (device='cuda') keeps the table, and the impulse Q/K solved on it, of a model built on the CPU
+        self.pos_embed.copy_(_fixed_table(self, list(self.patch_embed.grid_size), torch.device('cpu')))
 
     def init_weights(self, mode: str = '', needs_reset: bool = True) -> None:
         super().init_weights(mode, needs_reset=needs_reset)
@@ -112,6 +110,15 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
         if self.sincos_pos_embed:
             # timm resampled the table by interpolation; a fixed embedding is rebuilt exactly for the new grid
             self.pos_embed = nn.Parameter(self._sincos_table(list(self.patch_embed.grid_size)), requires_grad=False)
+
+
+def _fixed_table(model: StructVisionTransformer, grid_size: List[int], device: torch.device) -> torch.Tensor:
+    """ The model's fixed sin-cos table for `grid_size`, at its scale, on `device` (outside the class: a scripted
+    model calls its ignored `_sincos_table` in Python and has no other Python method). """
+    prefix = 0 if model.no_embed_class else model.num_prefix_tokens
+    table = sincos_pos_embed(
+        grid_size, model.embed_dim, num_prefix_tokens=prefix, dtype=model.pos_embed.dtype, device=device)
+    return table if model.pos_embed_scale == 1.0 else table * model.pos_embed_scale
 
 
 class DynamicSincosVisionTransformer(StructVisionTransformer):

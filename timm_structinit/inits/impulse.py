@@ -25,7 +25,9 @@ Class and register tokens: the targets cover the patch tokens only. The solve se
 tokens' rows and columns of the map are whatever the solved Q, K give them; with average pooling (the impulse
 models) there are none.
 """
+import copy
 import functools
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -325,7 +327,7 @@ def _position_table(model: nn.Module, embed_dim: int, cfg: ImpulseCfg) -> torch.
     now (`'pos_embed'`, float32). """
     if cfg.pseudo_input == 'sincos':
         return sincos_pos_embed(tuple(model.patch_embed.grid_size), embed_dim, dtype=torch.float64)[0]
-    table = model.pos_embed.detach().float()[0]
+    table = model.pos_embed.detach().cpu().float()[0]  # the init computes on the CPU wherever the model lives
     if not getattr(model, 'no_embed_class', False):
         table = table[getattr(model, 'num_prefix_tokens', 0):]  # drop class / register rows
     return table
@@ -335,10 +337,10 @@ def _content_basis(model: nn.Module) -> torch.Tensor:
     """ (D, c) orthonormal basis of every direction a patch's content can give a token before LayerNorm: the patch
     embedding's weight range and bias, and the all-ones direction LayerNorm subtracts. """
     proj = model.patch_embed.proj
-    weight = proj.weight.detach().double().flatten(1)  # (D, C * p * p): a conv patch embedding is linear per patch
+    weight = proj.weight.detach().cpu().double().flatten(1)  # (D, C * p * p): a conv patch embedding is linear per patch
     columns = [weight, torch.ones(weight.shape[0], 1, dtype=torch.float64)]
     if getattr(proj, 'bias', None) is not None:
-        columns.append(proj.bias.detach().double()[:, None])
+        columns.append(proj.bias.detach().cpu().double()[:, None])
     u, s, _ = torch.linalg.svd(torch.cat(columns, 1), full_matrices=False)
     return u[:, s > 1e-6 * s[0]]
 
@@ -355,6 +357,14 @@ def impulse_pseudo_input(model: nn.Module, embed_dim: int, cfg: Any = None) -> t
         basis = _content_basis(model)
         table = (table - (table.double() @ basis) @ basis.T).to(table.dtype)
     return F.layer_norm(table, (embed_dim,), eps=1e-5).float()
+
+
+def _on_cpu(module: nn.Module) -> nn.Module:
+    """ `module` itself when its weights are on the CPU, else a CPU copy of it: the init computes on the CPU wherever
+    the model lives (its generator is a CPU one), so a model on a GPU gets the weights it would get on the CPU. """
+    if all(t.device.type == 'cpu' for t in itertools.chain(module.parameters(), module.buffers())):
+        return module
+    return copy.deepcopy(module).cpu()
 
 
 def _row_space_only(x: torch.Tensor, *weights: torch.Tensor) -> Tuple[torch.Tensor, ...]:
@@ -389,14 +399,14 @@ def _propagated_solve(model: nn.Module, attns: List[nn.Module], x: torch.Tensor,
         stream = stream - (stream @ basis) @ basis.T
     stream, parts = stream.unsqueeze(0), []
     for i, (block, layer_targets) in enumerate(zip(blocks, targets.split(heads))):
-        layer_x = x if i == 0 else block.norm1(stream)[0].float()
+        layer_x = x if i == 0 else _on_cpu(block.norm1)(stream)[0].float()
         wq, wk, info = _solve(layer_x, layer_targets, head_dim, heads, cfg, generator)
         write_qk_(block.attn, wq.to(block.attn.qkv.weight.dtype), wk.to(block.attn.qkv.weight.dtype))
         zero_attention_bias_(block.attn, qk=True, vproj=False)
         parts.append(info)
         was_training = block.training
         block.eval()  # no dropout or drop-path in the carried tokens
-        stream = block(stream.to(block.attn.qkv.weight.dtype)).float()
+        stream = _on_cpu(block)(stream.to(block.attn.qkv.weight.dtype)).float()
         block.train(was_training)
     return {k: torch.cat([p[k] for p in parts]) for k in ('objective', 'hit_rate', 'target_mass')}
 

@@ -70,7 +70,8 @@ def shift_token_mlp_(mlp: nn.Module, shift: torch.Tensor, gain: float = 1.0) -> 
     n, hidden = shift.shape[0], mlp.fc1.out_features
     exact = hidden >= 2 * n
     fc1, fc2 = mlp.fc1, mlp.fc2
-    eye = gain * torch.eye(n, dtype=fc2.weight.dtype)
+    shift = shift.to(fc1.weight)  # built on the CPU; the model may live on a GPU
+    eye = gain * torch.eye(n, dtype=fc2.weight.dtype, device=fc2.weight.device)
     fc1.weight[:n] = shift
     fc2.weight.zero_()
     fc2.weight[:, :n] = eye
