@@ -10,7 +10,7 @@ import inspect
 import os
 import socket
 import warnings
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import urlparse
 
 import timm
@@ -18,8 +18,8 @@ import torch
 from timm.models import is_model, model_entrypoint
 from torch import nn
 
-__all__ = ['is_package_model', 'model_class', 'valid_model_args', 'check_model_args', 'check_weights_source',
-           'hub_unreachable', 'check_sizes', 'check_patch_fits']
+__all__ = ['is_package_model', 'list_models', 'model_class', 'valid_model_args', 'check_model_args',
+           'check_weights_source', 'hub_unreachable', 'check_sizes', 'check_patch_fits']
 
 
 def _as_sizes(value: Any) -> List[Any]:
@@ -49,6 +49,13 @@ def check_patch_fits(model: str, img_size: Any, patch_size: Any, padded: Optiona
 
 def is_package_model(model_name: str) -> bool:
     return model_entrypoint(model_name).__module__.startswith('timm_structinit.')
+
+
+def list_models(filter: Union[str, List[str]] = '', **kwargs: Any) -> List[str]:
+    """ The registered models of this package, in timm's order: `timm.list_models(filter, **kwargs)` (timm's wildcards and
+    options) without timm's own. timm lists them under its module names, so that
+    `timm.list_models(module='vision_transformer')` holds both. """
+    return [name for name in timm.list_models(filter, **kwargs) if is_package_model(name.split('.')[0])]
 
 
 def model_class(model_name: str) -> type:
