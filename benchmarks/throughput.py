@@ -3,7 +3,7 @@
 Each pair is measured side by side in one process: rounds alternate between the two models, each round timing
 `--steps` training steps (forward, backward, AdamW step on a fixed synthetic batch) and `--steps` inference batches;
 the medians over rounds give img/s and the ratio ours / timm. The registered models differ from their timm twins
-only in the fixed sin-cos table (a frozen parameter instead of a learned one) and their init, so the ratio should
+only in the fixed sin-cos table (a buffer instead of a learned parameter) and their init, so the ratio should
 sit at 1 within noise.
 
     python benchmarks/throughput.py --out benchmarks/results/throughput.txt

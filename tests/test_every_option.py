@@ -200,6 +200,7 @@ CLI_BASE = {
     'show': ['show', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
              '--out', '{target}.png'],
     'recipes': ['recipes'],
+    'models': ['models'],
 }
 # (command, option) -> (arguments replacing or extending the base, text the error must contain)
 CLI_INVALID = {
@@ -233,6 +234,7 @@ CLI_INVALID = {
     ('show', '--out'): (['--out', '{target}.txt'], '--out'),
     ('recipes', 'name'): (['recipes', 'nope'], 'nope'),
     ('recipes', '--path'): (['--path'], '--path'),
+    ('models', 'filter'): (['models', 'nope*'], 'nope*'),
 }
 
 

@@ -87,7 +87,8 @@ def _state_dicts_identical(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor
 
 
 def _assert_loads_identical(folder: Path, expected: Dict[str, torch.Tensor]) -> torch.nn.Module:
-    model = timm.create_model(f'local-dir:{folder}', pretrained=True)
+    with hub.registered_exports():  # the registered model, where the export has a plain timm equivalent too
+        model = timm.create_model(f'local-dir:{folder}', pretrained=True)
     assert _state_dicts_identical(model.state_dict(), expected)
     return model
 
@@ -121,7 +122,8 @@ def test_export_mimetic_loads_bit_identical(tmp_path):
     assert isinstance(loaded, timm_structinit.StructVisionTransformer)
     assert loaded.sincos_pos_embed and not loaded.pos_embed.requires_grad  # the frozen sin-cos table loads too
     # without pretrained=True the same architecture and the same attention init are rebuilt
-    fresh = timm.create_model(f'local-dir:{folder}')
+    with hub.registered_exports():
+        fresh = timm.create_model(f'local-dir:{folder}')
     assert torch.equal(fresh.blocks[0].attn.qkv.weight, reference.blocks[0].attn.qkv.weight)
 
     config = json.loads((folder / 'config.json').read_text())
@@ -135,10 +137,10 @@ def test_export_mimetic_loads_bit_identical(tmp_path):
     assert own['struct_init'] == json.loads(json.dumps(reference.struct_init_record))
 
     card = (folder / 'README.md').read_text()
-    # the plain timm line first, then the plugin's: its import comes before its create_model line
+    # the plain timm line first, then the plugin's: its hook comes before its create_model line
     plain = card.index('```python\nimport timm\n\nmodel = timm.create_model(')
-    plugin = card.index('import timm_structinit')
-    assert plain < plugin < card.index('timm.create_model(', plugin)
+    plugin = card.index('from timm_structinit.hub import registered_exports')
+    assert plain < plugin < card.index('with registered_exports():', plugin) < card.index('timm.create_model(', plugin)
     assert card.count(f'timm.create_model("local-dir:{tmp_path / "out"}", pretrained=True)') == 2
     assert '`mimetic`' in card and 'struct_init_seed 7' in card and '7 (`torch.manual_seed`)' in card
     for name, value in reference.struct_init_record['cfg'].items():
@@ -422,10 +424,11 @@ def test_exports_load_in_plain_timm_with_the_same_outputs(tmp_path):
             result = plain[str(folder), source]
             assert result['cls'] == PLAIN_CLASS[type(model)], (folder, source)
             assert torch.allclose(result['logits'], expected, rtol=0, atol=1e-6), (folder, source)
-        # with the plugin, the same line gives the registered model: same class, table, init record and outputs
-        # (an init solved on propagated layer inputs depends on the other weights too: seeded as the export was)
+        # with the plugin's hook, the same line gives the registered model: same class, table, init record and
+        # outputs (an init solved on propagated layer inputs depends on the other weights too: seeded as the export was)
         torch.manual_seed(seeds.get(folder, 0))
-        loaded = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
+        with hub.registered_exports():
+            loaded = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
         assert type(loaded) is type(model) and type(model) in PLAIN_CLASS, folder
         if type(model) is timm_structinit.StructVisionTransformer:
             assert loaded.sincos_pos_embed == model.sincos_pos_embed and not loaded.pos_embed.requires_grad == (
@@ -447,21 +450,23 @@ def test_exports_load_in_plain_timm_with_the_same_outputs(tmp_path):
 def test_the_config_hook_is_reached_by_both_loaders(tmp_path, monkeypatch):
     """ Fails as soon as timm stops parsing config.json through the hooked private function: exports would then load
     as timm's own VisionTransformer, silently. """
-    assert getattr(timm_hub._parse_model_cfg, '_timm_structinit', False), "timm's _parse_model_cfg is not hooked"
     folder = hub.export_model(MIMETIC, tmp_path / 'out', seed=1, model_kwargs=TINY)
     seen = []
     plugin_config = plain_timm._plugin_config
     monkeypatch.setattr(plain_timm, '_plugin_config',
                         lambda cfg: seen.append(cfg['architecture']) or plugin_config(cfg))
     monkeypatch.setattr(timm_hub, 'hf_hub_download', lambda repo_id, filename, **kwargs: str(folder / filename))
-    for source in (f'local-dir:{folder}', f'hf-hub:{REPO}'):
-        assert type(timm.create_model(source)) is timm_structinit.StructVisionTransformer, source
+    with hub.registered_exports():
+        assert getattr(timm_hub._parse_model_cfg, '_timm_structinit', False), "timm's _parse_model_cfg is not hooked"
+        for source in (f'local-dir:{folder}', f'hf-hub:{REPO}'):
+            assert type(timm.create_model(source)) is timm_structinit.StructVisionTransformer, source
     assert seen == ['vit_tiny_patch16_224'] * 2, "timm's loaders no longer reach the config hook"
 
 
 def test_without_timms_private_parser_the_package_still_imports(monkeypatch, caplog):
     monkeypatch.delattr(timm_hub, '_parse_model_cfg')
-    assert plain_timm.install_config_hook() is False
+    with hub.registered_exports() as hooked:
+        assert hooked is False
     assert "has no timm.models._hub._parse_model_cfg(cfg, extra_fields): exports load as timm's VisionTransformer" \
            in caplog.text
 
@@ -474,6 +479,7 @@ def test_a_changed_private_parser_degrades_to_plain_timm_with_a_warning(tmp_path
             '    return parse(cfg, extra_fields)\n'
             'h._parse_model_cfg = _parse_model_cfg\n'
             'import timm_structinit\n'
+            'timm_structinit.patch_timm()\n'
             'model = timm.create_model(f"local-dir:{sys.argv[1]}", pretrained=True)\n'
             'weights = safetensors.torch.load_file(f"{sys.argv[1]}/model.safetensors")\n'
             'print(type(model).__name__, all(torch.equal(v, weights[k]) for k, v in model.state_dict().items()))')
@@ -484,15 +490,18 @@ def test_a_changed_private_parser_degrades_to_plain_timm_with_a_warning(tmp_path
     assert "exports load as timm's VisionTransformer (same weights and outputs)" in proc.stderr
 
 
-def test_import_timm_structinit_alone_rebuilds_the_registered_model(tmp_path):
+def test_import_alone_loads_plain_timm_and_patch_timm_the_registered_model(tmp_path):
     folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=TINY)
     code = ('import sys, timm, timm_structinit\n'
+            'model = timm.create_model(sys.argv[1], pretrained=True)\n'
+            'print(type(model).__name__)\n'
+            'timm_structinit.patch_timm()  # from here on, for the whole process\n'
             'model = timm.create_model(sys.argv[1], pretrained=True)\n'
             'print(type(model).__name__, model.sincos_pos_embed, model.struct_init_seed)')
     proc = subprocess.run([sys.executable, '-c', code, f'local-dir:{folder}'], capture_output=True, text=True,
                           env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ['StructVisionTransformer', 'True', '1']
+    assert proc.stdout.split() == ['VisionTransformer', 'StructVisionTransformer', 'True', '1']
 
 
 def test_export_without_a_plain_timm_equivalent_needs_the_plugin(tmp_path, monkeypatch, caplog):

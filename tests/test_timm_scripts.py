@@ -1,5 +1,5 @@
 """ timm's own scripts (train.py, validate.py, benchmark.py, inference.py, as published in timm's repository) run
-this package's models: train.py through `--device-modules timm_structinit`, the others through
+this package's models: train.py through `--device-modules timm_structinit.patched`, the others through
 `python -m timm_structinit.run SCRIPT ...`. The scripts are read from $TIMM_SCRIPTS_DIR (default ../shared/timm-scripts
 beside the repository; timm's wheel does not ship them); these tests skip when that folder is absent.
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
-from timm.data import auto_augment, rand_augment_transform
+from timm.data import rand_augment_transform
 
 import timm_structinit
-from timm_structinit.pillow_compat import posterize_zero_bits_safe
+from timm_structinit.pillow_compat import posterize_zero_bits_safe_ops
 from timm_structinit.run import main as run_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ def image_folder(tmp_path_factory) -> Path:
 def trained(image_folder, tmp_path_factory) -> Path:
     """ One epoch of timm's train.py on an impulse model, with RandAugment at its most common recipe. """
     out = tmp_path_factory.mktemp('train')
-    _run([SCRIPTS / 'train.py', '--device-modules', 'timm_structinit', '--model', 'vit_tiny_patch2_32_impulse3',
+    _run([SCRIPTS / 'train.py', '--device-modules', 'timm_structinit.patched', '--model', 'vit_tiny_patch2_32_impulse3',
           *MODEL_ARGS, '--data-dir', image_folder, '--train-split', 'train', '--val-split', 'val',
           '--num-classes', 3, '--input-size', 3, 32, 32, '--epochs', 1, '-b', 6, '--workers', 1,
           '--aa', 'rand-m9-mstd0.5-inc1', '--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', 0,
@@ -226,10 +226,9 @@ def test_run_gives_a_script_that_defaults_to_cuda_the_cpu(tmp_path, capsys):
 def test_rand_augment_zero_bit_posterize(policy, posterize):
     """ Every op of the policy runs, including the posterize that keeps 0 bits at that magnitude (Pillow >= 13
     rejects 0 bits): 'PosterizeIncreasing' at full magnitude, 'Posterize' at magnitude 0. """
-    if auto_augment.NAME_TO_OP[posterize] is not posterize_zero_bits_safe:
-        assert not timm_structinit.make_posterize_zero_bits_safe()  # only an older Pillow is left unpatched
     image = Image.new('RGB', (32, 32), (200, 120, 40))
-    transform = rand_augment_transform(policy, dict(translate_const=10, img_mean=(124, 116, 104)))
+    with posterize_zero_bits_safe_ops():  # as the package's commands build their transforms
+        transform = rand_augment_transform(policy, dict(translate_const=10, img_mean=(124, 116, 104)))
     assert posterize in {op.name for op in transform.ops}
     for op in transform.ops:
         op.prob = 1.0

@@ -11,7 +11,7 @@ from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
 import timm_structinit
-from timm_structinit.hub import export_model
+from timm_structinit.hub import export_model, registered_exports
 
 VIT = dict(embed_dim=64, depth=2, num_heads=4, patch_size=4)
 SWIN = dict(embed_dim=24, depths=(2, 2), num_heads=(3, 6))
@@ -166,5 +166,6 @@ def test_export_records_the_rest_of_network_init(name, tmp_path):
     assert "PyTorch's default init (`weight_init='reset'`" in card
     default = export_model(name, tmp_path / 'default', seed=0, model_kwargs=VIT)
     assert "| other weights | timm's init |" in (default / 'README.md').read_text()
-    reloaded = timm.create_model(f'local-dir:{out}', pretrained=True)
+    with registered_exports():  # the registered model, which keeps the init it was built with
+        reloaded = timm.create_model(f'local-dir:{out}', pretrained=True)
     assert reloaded.weight_init_mode == 'reset'

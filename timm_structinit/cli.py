@@ -6,6 +6,7 @@
     timm-structinit show MODEL [same build options] [--init NAME [--init-kwargs k=v ...]] [--layer L]
                          [--images DIR] [--num-images N] [--out FIG.png]
     timm-structinit recipes [NAME [--path]]
+    timm-structinit models [FILTER]
 
 A subcommand is a `Command`: a help line, a function adding its arguments to its parser and a function running it
 (returning the exit code). `register_command` adds one; `main` builds the parser from the registry, so a new
@@ -130,7 +131,10 @@ def _run_export(args: argparse.Namespace) -> int:
     create = f'timm.create_model("local-dir:{folder}", pretrained=True)'
     if 'architecture' in json.loads((folder / 'config.json').read_text(encoding='utf-8'))['timm_structinit']:
         print(f'load it in plain timm: import timm; {create}')  # plugin fields beside plain timm's config
-    print(f'load it as the registered {args.model}: import timm, timm_structinit; {create}')
+        print(f'load it as the registered {args.model}: import timm, timm_structinit, then '
+              f'with timm_structinit.hub.registered_exports(): {create}')
+    else:
+        print(f'load it as the registered {args.model}: import timm, timm_structinit; {create}')
     return 0
 
 
@@ -279,6 +283,30 @@ def _run_recipes(args: argparse.Namespace) -> int:
 register_command(
     'recipes', 'list the packaged training recipes with their sources, or print one', _add_recipes_arguments,
     _run_recipes)
+
+
+def _add_models_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('filter', nargs='?', default='', metavar='FILTER',
+                        help="list only names matching this pattern, with timm's wildcards (e.g. '*mimetic')")
+
+
+def _run_models(args: argparse.Namespace) -> int:
+    import timm
+    from .model_build import list_models
+    names = list_models(args.filter)
+    if not names:
+        raise ValueError(f'no model of this package matches {args.filter!r}; the filter takes timm\'s wildcards '
+                         f'(*, ?), e.g. \'*mimetic\' (list them all: {PROG} models)')
+    width = max(map(len, names))
+    for name in names:
+        print(f'{name:{width}}  {timm.get_pretrained_cfg_value(name, "description") or ""}'.rstrip())
+    print(f'\n{len(names)} models; build one after `import timm_structinit`: timm.create_model(NAME)')
+    return 0
+
+
+register_command(
+    'models', "list this package's registered models (timm lists them among its own)", _add_models_arguments,
+    _run_models)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,9 +8,8 @@ an impossible geometry or an unreachable Hub ends in one line before data is rea
 import difflib
 import inspect
 import os
-import socket
 import warnings
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import urlparse
 
 import timm
@@ -18,8 +17,8 @@ import torch
 from timm.models import is_model, model_entrypoint
 from torch import nn
 
-__all__ = ['is_package_model', 'model_class', 'valid_model_args', 'check_model_args', 'check_weights_source',
-           'hub_unreachable', 'check_sizes', 'check_patch_fits']
+__all__ = ['is_package_model', 'list_models', 'model_class', 'valid_model_args', 'check_model_args',
+           'check_weights_source', 'hub_offline', 'hub_unreachable', 'check_sizes', 'check_patch_fits']
 
 
 def _as_sizes(value: Any) -> List[Any]:
@@ -49,6 +48,13 @@ def check_patch_fits(model: str, img_size: Any, patch_size: Any, padded: Optiona
 
 def is_package_model(model_name: str) -> bool:
     return model_entrypoint(model_name).__module__.startswith('timm_structinit.')
+
+
+def list_models(filter: Union[str, List[str]] = '', **kwargs: Any) -> List[str]:
+    """ The registered models of this package, in timm's order: `timm.list_models(filter, **kwargs)` (timm's wildcards and
+    options) without timm's own. timm lists them under its module names, so that
+    `timm.list_models(module='vision_transformer')` holds both. """
+    return [name for name in timm.list_models(filter, **kwargs) if is_package_model(name.split('.')[0])]
 
 
 def model_class(model_name: str) -> type:
@@ -101,18 +107,27 @@ def check_model_args(model_name: str, kwargs: Mapping[str, Any]) -> None:
         raise ValueError(f'cannot build {model_name} with {dict(kwargs)}: {kind}{detail}') from None
 
 
-def hub_unreachable(timeout: float = 3.0) -> Optional[str]:
-    """ Why the Hugging Face Hub cannot be reached from here (its host does not resolve or does not answer within
-    `timeout` seconds), or None. Behind a proxy the answer is left to the download itself. """
-    if any(os.environ.get(k) for k in ('HTTPS_PROXY', 'https_proxy', 'ALL_PROXY', 'all_proxy')):
-        return None
+def hub_offline() -> bool:
+    """ huggingface_hub's offline mode: its `HF_HUB_OFFLINE` as read when it was imported, or as set since. """
     from huggingface_hub import constants
-    host = urlparse(constants.ENDPOINT).hostname or 'huggingface.co'
+    return constants.is_offline_mode() or os.environ.get('HF_HUB_OFFLINE', '').upper() in constants.ENV_VARS_TRUE_VALUES
+
+
+def hub_unreachable(timeout: float = 3.0) -> Optional[str]:
+    """ Why the Hugging Face Hub cannot be reached from here, or None: one HEAD request to its endpoint (`HF_ENDPOINT`,
+    a mirror included) through huggingface_hub's own HTTP session, so through the proxies it honours, and without its
+    retries. Any HTTP answer, an error status included, means reachable: what the Hub then says is the download's. """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+    from .cli import error_line
+    if hub_offline():
+        return 'huggingface_hub is in offline mode (HF_HUB_OFFLINE is set)'
+    host = urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT
     try:
-        with socket.create_connection((host, 443), timeout=timeout):
-            return None
-    except OSError as e:
-        return f'{host} is unreachable ({e.strerror or type(e).__name__})'
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except Exception as e:  # the session's transport errors: DNS, refused, timeout, proxy
+        return f'{host} is unreachable ({error_line(e)})'
+    return None
 
 
 def _pretrained_hub_id(model_name: str) -> Optional[str]:
@@ -135,7 +150,7 @@ def check_weights_source(model: str, pretrained: bool, flag: str = '--model') ->
     """ Where the model (a `local-dir:` / `hf-hub:` name) or its pretrained weights come from must be there: a local
     folder with config.json, or a Hub repo in the local cache or on a reachable Hub (huggingface_hub would otherwise
     retry for a minute before failing). ValueError naming the flag and the fix. """
-    offline = os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES', 'TRUE')
+    offline = hub_offline()
     if model.startswith('local-dir:'):
         folder = model.split(':', 1)[1]
         if not os.path.isfile(os.path.join(folder, 'config.json')):

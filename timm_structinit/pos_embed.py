@@ -30,7 +30,7 @@ def sincos_pos_embed(
     """ The (1, prefix + H * W, D) sin-cos table for a patch grid, row-major over (h, w).
 
     Prefix rows (class and register tokens) are zero: a prefix token carries no position, as in MAE's
-    sin-cos table. Returns a new tensor; the caller decides whether it becomes a frozen parameter.
+    sin-cos table. Returns a new tensor; a model keeps it as a buffer (`StructVisionTransformer`).
     """
     check_sincos_dim(embed_dim)
     table = build_sincos2d_pos_embed(list(grid_size), dim=embed_dim, temperature=temperature, device=device)

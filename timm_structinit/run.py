@@ -2,8 +2,9 @@
 
     python -m timm_structinit.run path/to/validate.py --model vit_tiny_patch2_32_mimetic ...
 
-imports `timm_structinit` (registering its models with timm and keeping RandAugment usable on Pillow >= 13), then runs
-the script as `__main__` with the remaining arguments, as `python path/to/validate.py ...` would. A `-c NAME` (or
+imports `timm_structinit` (registering its models with timm), then runs the script as `__main__` with the remaining
+arguments, as `python path/to/validate.py ...` would, inside `patched_timm()`: RandAugment stays usable on Pillow >= 13
+and `--model local-dir:DIR` / `hf-hub:ORG/NAME` builds the registered model of a package export. A `-c NAME` (or
 `--config NAME`) that is not a file but a packaged recipe (`timm-structinit recipes`) is handed over as that recipe's
 file. timm's train.py, validate.py, benchmark.py and inference.py live in timm's source repository, not in its wheel.
 
@@ -23,6 +24,7 @@ import yaml
 
 import timm_structinit  # noqa: F401  (registers the models)
 from timm_structinit.recipes import resolve_config
+from timm_structinit.timm_patches import patched_timm
 
 __all__ = ['run_script', 'main', 'with_recipe_files', 'with_available_device', 'available_device']
 
@@ -43,7 +45,8 @@ def run_script(path: str, argv: Sequence[str] = ()) -> int:
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(path))  # as `python SCRIPT` would, for the script's sibling imports
     try:
-        runpy.run_path(path, run_name='__main__')
+        with patched_timm():
+            runpy.run_path(path, run_name='__main__')
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:

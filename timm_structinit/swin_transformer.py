@@ -52,16 +52,19 @@ def _create(variant: str, pretrained: bool = False, **kwargs) -> StructSwinTrans
 _SWIN_PAPER = ('arXiv:2103.14030',)
 _IMPULSE_PAPER = ('arXiv:2505.19985',)
 
+# forward_features ends on a 2x2 map: a 16x16 patch grid merged three times (timm's cfg key for the unpooled size)
+_POOL = dict(pool_size=(2, 2))
+
 default_cfgs = generate_default_cfgs({
     'swin_tiny_patch2_window4_32': _cfg32(
         description="Swin-T stages on 32x32, patch 2, window 4, timm's init: the plain baseline",
-        first_conv='patch_embed.proj', classifier='head.fc', paper_ids=_SWIN_PAPER),
+        first_conv='patch_embed.proj', classifier='head.fc', paper_ids=_SWIN_PAPER, **_POOL),
     'swin_tiny_patch2_window4_32_impulse3': _cfg32(
         description='3x3 impulse init in the relative position bias tables', first_conv='patch_embed.proj',
-        classifier='head.fc', paper_ids=_IMPULSE_PAPER),
+        classifier='head.fc', paper_ids=_IMPULSE_PAPER, **_POOL),
     'swin_tiny_patch2_window4_32_mimetic': _cfg32(
         description='mimetic Q/K and V/proj per stage', first_conv='patch_embed.proj', classifier='head.fc',
-        paper_ids=('arXiv:2305.09828',)),
+        paper_ids=('arXiv:2305.09828',), **_POOL),
 })
 
 # Swin-T's stages at 32x32: a 16x16 patch grid, windows of 4x4 (the last stage's 2x2 map is one window)

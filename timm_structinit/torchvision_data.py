@@ -24,16 +24,26 @@ __all__ = ['TorchvisionSource', 'TORCHVISION_SOURCES', 'torchvision_split', 'bui
 
 
 class LocalSVHN(tvd.SVHN):
-    def _check_integrity(self) -> bool:
-        return os.path.isfile(os.path.join(self.root, self.filename))
+    # torchvision's public file table without checksums: its check of a local copy (`check_integrity(path, None)`)
+    # is then whether the split's file is there
+    split_list = {split: [url, filename, None] for split, (url, filename, _) in tvd.SVHN.split_list.items()}
+
+    def download(self) -> None:
+        """ torchvision's download, checked against torchvision's checksum. """
+        url, filename, md5 = tvd.SVHN.split_list[self.split]
+        tvd.utils.download_url(url, self.root, filename, md5)
 
 
 class LocalSTL10(tvd.STL10):
-    _SPLIT_FILES = {'train': ('train_X.bin', 'train_y.bin'), 'test': ('test_X.bin', 'test_y.bin')}
-
-    def _check_integrity(self) -> bool:
-        files = self._SPLIT_FILES.get(self.split, ())
-        return bool(files) and all(os.path.isfile(os.path.join(self.root, self.base_folder, f)) for f in files)
+    def __init__(self, root: str, split: str = 'train', **kwargs: Any) -> None:
+        if split in ('train', 'test'):
+            # torchvision's public file lists, of this split's files alone and without checksums: its check of a local
+            # copy is then whether they are there (not also the other split's and the 2.6 GB unlabeled set); a
+            # download is still checked, against the archive's checksum (`tgz_md5`)
+            listed = tvd.STL10.train_list[:2] if split == 'train' else tvd.STL10.test_list
+            files = [[name, None] for name, _ in listed]
+            self.train_list, self.test_list = (files, []) if split == 'train' else ([], files)
+        super().__init__(root, split=split, **kwargs)
 
 
 class LocalFlowers102(tvd.Flowers102):

@@ -2,9 +2,11 @@
 
 A thin subclass of timm's `VisionTransformer` (Dosovitskiy et al. 2020, https://arxiv.org/abs/2010.11929) adding:
 
-* `pos_embed='sincos'`: a fixed 2D sin-cos absolute position embedding. It is a frozen parameter (in the state dict,
-  skipped by timm's optimizer factory), regenerated exactly, never interpolated, when the grid changes through
-  `set_input_size` or per batch with `dynamic_img_size=True`. Class and register tokens get a zero row (no position),
+* `pos_embed='sincos'`: a fixed 2D sin-cos absolute position embedding. It is a buffer, as timm keeps its own fixed
+  tables: in the state dict under timm's key `pos_embed` (so the weights load strictly into timm's
+  `VisionTransformer`, whose learned table has that key and shape), out of `parameters()` (no optimizer, no
+  gradient), regenerated exactly, never interpolated, when the grid changes through `set_input_size` or per batch
+  with `dynamic_img_size=True`. Class and register tokens get a zero row (no position),
   as in MAE; with `no_embed_class=True` there is no such row.
 * `struct_init=NAME` (+ `struct_init_kwargs`, `struct_init_seed`): a structured attention init from
   `timm_structinit.list_inits()`, applied inside `init_weights` after the rest of the network is initialized, so
@@ -18,10 +20,9 @@ Registered variants reproduce the setups of
   Transformers", https://arxiv.org/abs/2404.01139 (average pooling, sin-cos), and "Structured Initialization for
   Vision Transformers", NeurIPS 2025, https://arxiv.org/abs/2505.19985.
 """
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Set
 
 import torch
-from torch import nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import VisionTransformer, build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import checkpoint_filter_fn
@@ -83,9 +84,11 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
         self.pos_embed_scale = 1.0  # an init may scale the position table; the model keeps the scale
         self._set_struct_init('vit', struct_init, struct_init_kwargs, struct_init_seed, 'vit_tiny_patch2_32_mimetic',
                               kwargs.get('weight_init', ''))
+        # built with timm's learned table, then holding the fixed one: the random draws, and so every other weight
+        # for a given seed, are those of a learned-table model
         super().__init__(*args, pos_embed='learn' if self.sincos_pos_embed else pos_embed, **kwargs)
         if self.sincos_pos_embed:
-            self.pos_embed.requires_grad_(False)
+            self._keep_fixed_table(self.pos_embed.detach())
             self._reset_sincos()  # also when weight_init='skip' left it uninitialized
 
     @torch.jit.ignore  # timm's table builder is not scriptable; a scripted dynamic-size model calls it in Python
@@ -98,6 +101,18 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
         # (device='cuda') keeps the table, and the impulse Q/K solved on it, of a model built on the CPU
         self.pos_embed.copy_(_fixed_table(self, list(self.patch_embed.grid_size), torch.device('cpu')))
 
+    def _keep_fixed_table(self, table: torch.Tensor) -> None:
+        """ Hold `table` as the `pos_embed` buffer, in place of the parameter timm's code assigns. """
+        if 'pos_embed' in self._parameters:
+            del self.pos_embed
+        self.register_buffer('pos_embed', table)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        # a fixed table is no parameter: timm's optimizer factory matches these names against parameters only
+        names = super().no_weight_decay()
+        return names - {'pos_embed'} if self.sincos_pos_embed else names
+
     def init_weights(self, mode: str = '', needs_reset: bool = True) -> None:
         super().init_weights(mode, needs_reset=needs_reset)
         self.pos_embed_scale = 1.0  # timm redrew a learned table; a fixed one is rebuilt unscaled, then the init
@@ -108,8 +123,8 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
     def set_input_size(self, img_size=None, patch_size=None) -> None:
         super().set_input_size(img_size=img_size, patch_size=patch_size)
         if self.sincos_pos_embed:
-            # timm resampled the table by interpolation; a fixed embedding is rebuilt exactly for the new grid
-            self.pos_embed = nn.Parameter(self._sincos_table(list(self.patch_embed.grid_size)), requires_grad=False)
+            # timm resampled the table by interpolation (into a parameter); a fixed one is rebuilt exactly
+            self._keep_fixed_table(self._sincos_table(list(self.patch_embed.grid_size)))
 
 
 def _fixed_table(model: StructVisionTransformer, grid_size: List[int], device: torch.device) -> torch.Tensor:

@@ -80,12 +80,14 @@ def _load_section(config: Mapping[str, Any], own: Mapping[str, Any], model_name:
                   sincos: bool, kind: ModelKind) -> List[str]:
     line = f'model = timm.create_model("{load_id}", pretrained=True)'
     plugin = f'```python\nimport timm\nimport timm_structinit  # registers the architecture with timm\n\n{line}\n```'
+    hooked = (f'```python\nimport timm\nfrom timm_structinit.hub import registered_exports\n\n'
+              f'with registered_exports():  # timm\'s loader builds the registered architecture\n    {line}\n```')
     needs = (f'`local-dir:` needs timm >= 1.0.16; written with timm {timm.__version__} and timm-structinit '
              f'{own["version"]}.')
     if 'architecture' not in own:  # no plain timm equivalent: the registered architecture only
         return ['## How to load', f'timm knows `{model_name}` only after `timm_structinit` is imported (timm has no '
                 'plugin discovery), so import it before creating the model:', plugin, needs]
-    gains = ['a frozen sin-cos table, regenerated rather than interpolated at other input sizes'] if sincos else []
+    gains = ['a fixed sin-cos table, regenerated rather than interpolated at other input sizes'] if sincos else []
     gains += [] if own['trained'] else [f'after `torch.manual_seed({own["seed"]})`, the line without '
                                         '`pretrained=True` draws these weights again']
     return [
@@ -93,8 +95,8 @@ def _load_section(config: Mapping[str, Any], own: Mapping[str, Any], model_name:
         f'Plain timm builds `{config["architecture"]}` with the `model_args` of config.json (a `{kind.timm_class}` of '
         'this geometry) and loads these weights strictly; its outputs are the same:',
         f'```python\nimport timm\n\n{line}\n```',
-        f'With `timm_structinit` imported first, the same line builds the registered `{model_name}` (a '
-        f'`Struct{kind.timm_class}`{": " + "; ".join(gains) if gains else ""}):', plugin, needs]
+        f'Inside `timm_structinit.hub.registered_exports()`, the same line builds the registered `{model_name}` (a '
+        f'`Struct{kind.timm_class}`{": " + "; ".join(gains) if gains else ""}):', hooked, needs]
 
 
 def rest_init_text(weight_init: str) -> str:
@@ -149,7 +151,7 @@ def _architecture_section(model: nn.Module, config: Mapping[str, Any], own: Mapp
              ('normalization', f'mean {fmt(pcfg["mean"])}, std {fmt(pcfg["std"])}')]
     rows += [('class names', fmt(config['label_names']))] if config.get('label_names') else []
     if getattr(model, 'sincos_pos_embed', False):
-        rows.append(('position embedding', 'fixed 2D sin-cos (frozen, stored with the weights as `pos_embed`)'))
+        rows.append(('position embedding', 'fixed 2D sin-cos (a buffer, stored with the weights as `pos_embed`)'))
     return ['## Architecture', table(rows, ('field', 'value'))]
 
 

@@ -396,16 +396,20 @@ def push_model(model_name: str, repo_id: str, seed: int = 0, model_kwargs: Optio
 
 
 def _upload(folder: Path, repo_id: str, token: str, private: bool, revision: Optional[str], message: str) -> str:
+    """ The export folder as one commit, with huggingface_hub's `create_repo`, `create_branch` and `upload_folder`
+    (timm's `push_to_hf_hub` makes these calls too, but writes timm's generic card where the repo has none, and
+    creates no branch); the commit's URL. """
     api = huggingface_hub.HfApi(token=token, library_name='timm_structinit', library_version=__version__)
     try:
-        api.create_repo(repo_id, repo_type='model', private=private, exist_ok=True)
+        repo_url = api.create_repo(repo_id, repo_type='model', private=private, exist_ok=True)
+        repo_id = getattr(repo_url, 'repo_id', None) or repo_id  # as the Hub spells it
         if revision not in (None, 'main') and not revision.startswith('refs/'):
             api.create_branch(repo_id, branch=revision, repo_type='model', exist_ok=True)
         info = api.upload_folder(
             repo_id=repo_id, folder_path=str(folder), repo_type='model', revision=revision, commit_message=message)
     except Exception as e:  # network, authentication, permissions, a file that could not be read: one line
         raise HubError(_explain_hub_error(e, repo_id, revision).replace(token, '***')) from None
-    return getattr(info, 'commit_url', None) or f'https://huggingface.co/{repo_id}'
+    return getattr(info, 'commit_url', None) or str(repo_url)
 
 
 def _explain_hub_error(error: Exception, repo_id: str, revision: Optional[str]) -> str:

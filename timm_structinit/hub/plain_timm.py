@@ -1,14 +1,17 @@
 """ A config.json that plain timm loads, and the hook that lets the plugin rebuild its own registered model.
 
 A package model's state dict (the fixed sin-cos table included, as `pos_embed`) loads strictly into timm's own
-`VisionTransformer` (`SwinTransformer`) of the same geometry. An export therefore names a timm architecture with the `model_args` of that
-geometry, and keeps the registered name and its model_args under the top-level `timm_structinit` key, which timm
-ignores and `install_config_hook` reads.
+`VisionTransformer` (`SwinTransformer`) of the same geometry. An export therefore names a timm architecture with the
+`model_args` of that geometry, and keeps the registered name and its model_args under the top-level `timm_structinit`
+key, which timm ignores and the hook reads. timm has no public hook for this: the hook wraps a private function of
+timm's, only inside `registered_exports()` or, on request, for the whole process (`install_config_hook()`); importing
+the package leaves timm's function as it is.
 """
 import inspect
 import logging
 import re
-from typing import Any, Dict, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import timm
 import torch
@@ -114,13 +117,12 @@ def _plugin_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return cfg
 
 
-def install_config_hook() -> bool:
-    """ Let timm's `local-dir:` / `hf-hub:` loads build the registered model an export names in its plugin fields.
+def _install() -> bool:
+    """ Wrap timm's private `timm.models._hub._parse_model_cfg(cfg, extra_fields)`, once; whether the hook is in place.
 
-    Both loaders parse config.json with timm's private `timm.models._hub._parse_model_cfg(cfg, extra_fields)`, which
-    is wrapped once; configs without plugin fields parse as before. A timm without that function, or with other
-    arguments, is left alone with a warning: exports then load as timm's own `VisionTransformer` (same weights and
-    outputs). Returns whether the hook is in place.
+    Both of timm's loaders (`local-dir:`, `hf-hub:`) parse config.json with it; configs without plugin fields parse as
+    before. A timm without that function, or with other arguments, is left alone with a warning: exports then load as
+    timm's own `VisionTransformer` (same weights and outputs).
     """
     from timm.models import _hub
     parse = getattr(_hub, '_parse_model_cfg', None)
@@ -143,3 +145,30 @@ def install_config_hook() -> bool:
     parse_model_cfg.__wrapped__ = parse
     _hub._parse_model_cfg = parse_model_cfg
     return True
+
+
+_process_wide = False  # install_config_hook() was called: no block takes the hook out
+
+
+@contextmanager
+def registered_exports() -> Iterator[bool]:
+    """ Within the block, timm's `local-dir:` / `hf-hub:` loads build the registered model an export names in its
+    plugin fields (outside it, the timm model its config names); timm's parser is back on exit. Yields whether the
+    hook is in place. The package's training command and `python -m timm_structinit.run` load models inside it. """
+    from timm.models import _hub
+    before = getattr(_hub, '_parse_model_cfg', None)
+    hooked = _install()
+    try:
+        yield hooked
+    finally:
+        now = getattr(_hub, '_parse_model_cfg', None)
+        if not _process_wide and now is not before and getattr(now, '__wrapped__', None) is before:
+            _hub._parse_model_cfg = before
+
+
+def install_config_hook() -> bool:
+    """ `registered_exports()` for the rest of the process: `timm.create_model('local-dir:DIR')` (or 'hf-hub:...')
+    builds the registered model of a package export from here on. Returns whether the hook is in place. """
+    global _process_wide
+    _process_wide = _install()
+    return _process_wide

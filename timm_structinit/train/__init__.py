@@ -32,6 +32,7 @@ from ..cli import error_line
 from ..data import DataError, ImageReadError
 from ..mass_tracking import TargetMassTracker, mass_columns
 from ..seeds import seed_everything
+from ..timm_patches import patched_timm
 from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config, read_checkpoint
 from .checks import check_args, resume_path
 from .config import PROG, ConfigError, build_parser, parse_args, save_args
@@ -89,7 +90,8 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
     # timm's own per-checkpoint and data-config messages would drown the per-epoch lines
     logging.getLogger('timm').setLevel(logging.WARNING)
     try:
-        return _train(args, device)
+        with patched_timm():  # exports load as the registered models; RandAugment on Pillow >= 13
+            return _train(args, device)
     finally:
         if args.distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
