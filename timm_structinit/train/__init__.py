@@ -29,7 +29,7 @@ from timm.utils import (
     CheckpointSaver, ModelEmaV3, init_distributed_device, trim_summary, unwrap_model, update_summary,
 )
 
-from ..cli import error_line
+from ..cli import error_line, output_closed
 from ..data import DataError, ImageReadError
 from ..mass_tracking import TargetMassTracker, mass_columns
 from ..seeds import seed_everything
@@ -81,11 +81,21 @@ class _Run:
         return self.model_ema is not None and not self.args.model_ema_force_cpu
 
 
+class _OutputStreamHandler(logging.StreamHandler):
+    """ The log on stdout; a reader that closed it (`| head -1`) ends the run as `main` says, where logging's own
+    handler would print a traceback for each later line and go on. """
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError):
+            raise
+        super().handleError(record)
+
+
 def train(args: argparse.Namespace) -> Dict[str, Any]:
     """ Train as `args` says (already checked by `check_args`); returns the outcome and the output folder. """
     device = init_distributed_device(args)
     if not logging.root.handlers:
-        handler = logging.StreamHandler(sys.stdout)
+        handler = _OutputStreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter('%(message)s'))
         logging.root.addHandler(handler)
     logging.root.setLevel(logging.INFO if args.rank == 0 else logging.WARNING)
@@ -384,6 +394,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _failed(2, e)
     except (FloatingPointError, ImageReadError, OutputWriteError) as e:
         return _failed(1, e)
+    except BrokenPipeError:
+        return _failed(1, BrokenPipeError(output_closed()))
+    except (MemoryError, torch.OutOfMemoryError) as e:
+        return _failed(1, _out_of_memory(e))
     except KeyboardInterrupt as e:
         status = 128 + getattr(e, 'signum', signal.SIGINT)
         peer_status = _peer_failed(None)
@@ -393,14 +407,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
             print(f'interrupted{name} before training started: nothing was kept', file=sys.stderr)
         return status
-    except RuntimeError:  # in a distributed run, a collective operation whose peer is gone
+    except RuntimeError as e:  # in a distributed run, a collective operation whose peer is gone
         status = _peer_failed(None) if world_size() > 1 else None
-        if status is None:
-            raise
-        return status
+        if status is not None:
+            return status
+        if _is_allocation_failure(e):  # the CPU allocator's (and other backends') out of memory
+            return _failed(1, _out_of_memory(e))
+        raise
     finally:
         restore_signals()
     return 0
+
+
+# what torch's allocators say when they run out of memory as a plain RuntimeError (CPU, MPS, XPU)
+_ALLOCATION_FAILURES = ("can't allocate memory", 'out of memory', 'not enough memory')
+
+
+def _is_allocation_failure(error: BaseException) -> bool:
+    text = str(error).lower()
+    return any(phrase in text for phrase in _ALLOCATION_FAILURES)
+
+
+def _out_of_memory(error: BaseException) -> Exception:
+    """ One line for an allocation that failed during the work: the allocator's first line, and what to lower. """
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    return RuntimeError(f'out of memory ({first[:200]}); lower --batch-size (or -vb for evaluation), or train a '
+                        f'smaller model')
 
 
 def _failed(status: int, error: BaseException) -> int:

@@ -172,10 +172,10 @@ def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[s
         except _Replaced:
             continue  # released meanwhile: lock the file now in place
         except Timeout:
-            owner = _lock_owner(lock_path)
-            raise ConfigError(f'output folder {os.path.abspath(path)} is in use by another run'
-                              f'{f" ({owner})" if owner else ""}, which holds its lock file {os.path.abspath(lock_path)}; '
-                              f'wait for it to finish, or choose another --experiment') from None
+            owner = f' ({_lock_owner(lock_path)})' if _lock_owner(lock_path) else ''
+            raise ConfigError(f'output folder {os.path.abspath(path)} is in use by another run{owner}, which holds '
+                              f'its lock file {os.path.abspath(lock_path)}; wait for it to finish, or choose another '
+                              f'--experiment') from None
         except OSError as e:
             # what the permission check before cannot foresee: a read-only or full file system, a pseudo file
             # system such as /proc; the folders made here go again
