@@ -75,6 +75,20 @@ def test_every_optimizer_shaping_option_changed_is_refused_before_any_work(run_d
     assert 'Model ' not in out  # refused before the data and the model
 
 
+@pytest.mark.parametrize('change,named', [(['embed_dim=32'], 'embed_dim'), (['depth=2'], 'missing'),
+                                          (['num_classes=5'], 'head')])
+def test_weights_of_another_shape_are_refused_before_the_data(run_dir, change, named, capsys, caplog):
+    before = snapshot(run_dir)
+    i = RUN.index('--model-kwargs')
+    argv = [*RUN[:i + 1], *[a for a in RUN[i + 1:i + 5] if a.split('=')[0] not in {c.split('=')[0] for c in change}],
+            *change, *RUN[i + 5:], '--resume', run_dir]
+    code, out, err = run_main(argv, capsys)
+    line = one_line(err)
+    assert code == 2 and named in line and 'does not fit' in line, line
+    assert 'training /' not in caplog.text  # refused before any data was read
+    assert snapshot(run_dir) == before
+
+
 def test_no_resume_opt_is_the_way_out(run_dir, capsys):
     code, out, err = run_main([*RUN, '--opt', 'adamw', '--no-resume-opt', '--resume', run_dir], capsys)
     assert code == 0, err

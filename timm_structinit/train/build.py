@@ -88,8 +88,8 @@ def read_checkpoint(path: str, flag: str) -> Any:
         raise ConfigError(f'{flag} {path!r} is not a readable checkpoint ({_reader_message(e)})') from None
 
 
-def _check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag: str, path: str,
-                           args: argparse.Namespace, meta: Any = None) -> None:
+def check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag: str, path: str,
+                          args: argparse.Namespace, meta: Any = None) -> None:
     """ Refuse a checkpoint whose weights do not fit `model`, saying which model it is for and which keys differ. """
     mismatch = state_dict_mismatch(model.state_dict(), state_dict)
     if not mismatch:
@@ -140,7 +140,7 @@ def build_model(args: argparse.Namespace) -> nn.Module:
         except Exception as e:  # truncated or foreign file
             raise ConfigError(f'--initial-checkpoint {path!r} is not a readable checkpoint '
                               f'({type(e).__name__}: {error_line(e)})') from None
-        _check_checkpoint_fits(model, state_dict, '--initial-checkpoint', path, args)
+        check_checkpoint_fits(model, state_dict, '--initial-checkpoint', path, args)
         model.load_state_dict(state_dict)
     if args.resume:
         meta = read_checkpoint(resume_path(args.resume), '--resume')
@@ -148,7 +148,7 @@ def build_model(args: argparse.Namespace) -> nn.Module:
         state_dict = clean_state_dict(state_dict) if isinstance(state_dict, dict) else meta
         if not isinstance(state_dict, dict):
             raise ConfigError(f'--resume {args.resume!r} holds a {type(meta).__name__}, not a checkpoint')
-        _check_checkpoint_fits(model, state_dict, '--resume', args.resume, args, meta)
+        check_checkpoint_fits(model, state_dict, '--resume', args.resume, args, meta)
     return model
 
 

@@ -14,7 +14,9 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
+from timm.models import clean_state_dict
 
+from .build import check_checkpoint_fits
 from .checks import model_factory_kwargs, resume_path
 from .config import ConfigError
 
@@ -73,8 +75,11 @@ def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool
         raise ConfigError(f'{flag} records epoch {epoch}, outside this run: it would start at epoch {start + 1} of '
                           f'{last_epoch}; valid: a checkpoint of epoch 0..{last_epoch - 1} (raise --epochs to '
                           f'continue past {last_epoch})')
+    model = _meta_model(args, meta)
+    if model is not None:  # the weights fit the model this command builds: names and shapes
+        check_checkpoint_fits(model, clean_state_dict(dict(state_dict)), '--resume', args.resume, args, meta)
     if not args.no_resume_opt:
-        differences = optimizer_differences(args, meta)
+        differences = optimizer_differences(args, meta, model)
         if differences:
             raise ConfigError(f'{flag}: its optimizer state does not fit the optimizer of this command '
                               f'({"; ".join(differences)}); pass the options it was trained with, or --no-resume-opt '
@@ -83,15 +88,25 @@ def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool
         _check_columns(args, os.path.join(out, 'summary.csv'))
 
 
-def _expected_optimizer(args: argparse.Namespace) -> torch.optim.Optimizer:
-    """ The optimizer this command builds, over the model built on the meta device (nothing allocated). """
+def _meta_model(args: argparse.Namespace, meta: Mapping[str, Any]) -> Optional[torch.nn.Module]:
+    """ The model this command builds, on the meta device (shapes only, nothing allocated), with the classes the
+    resumed run had when the data has not said yet; None when it does not build there (build_model says why). """
     import timm
-    from timm.optim import create_optimizer_v2, optimizer_kwargs
     kwargs = model_factory_kwargs(args)
-    kwargs.setdefault('num_classes', 2)  # the groups do not depend on the head's width
-    with torch.device('meta'), warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        model = timm.create_model(args.model, pretrained=False, **kwargs)
+    saved_classes = saved_args(meta).get('num_classes')
+    if 'num_classes' not in kwargs and isinstance(saved_classes, int):
+        kwargs['num_classes'] = saved_classes
+    try:
+        with torch.device('meta'), warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            return timm.create_model(args.model, pretrained=False, **kwargs)
+    except Exception:
+        return None
+
+
+def _expected_optimizer(args: argparse.Namespace, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """ The optimizer this command builds, over `model` (on the meta device). """
+    from timm.optim import create_optimizer_v2, optimizer_kwargs
     options = optimizer_kwargs(cfg=args)
     options.update(lr=args.lr or 1.0)  # the learning rate is not compared: a new --lr is taken (see `saved_lr`)
     return create_optimizer_v2(model, **options, **args.opt_kwargs)
@@ -107,7 +122,8 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def optimizer_differences(args: argparse.Namespace, meta: Mapping[str, Any]) -> List[str]:
+def optimizer_differences(args: argparse.Namespace, meta: Mapping[str, Any],
+                          model: Optional[torch.nn.Module]) -> List[str]:
     """ How the checkpoint's optimizer state differs from the optimizer this command builds ([] when it fits):
     the optimizer's name, the parameter groups (number, sizes) and each group's hyperparameters. """
     state = meta.get('optimizer')
@@ -117,9 +133,11 @@ def optimizer_differences(args: argparse.Namespace, meta: Mapping[str, Any]) -> 
     trained_with = saved_args(meta).get('opt')
     if isinstance(trained_with, str) and trained_with.lower() != args.opt.lower():
         differences.append(f'it was trained with --opt {trained_with}, this command has --opt {args.opt}')
+    if model is None:
+        return differences
     try:
-        expected = _expected_optimizer(args).state_dict()['param_groups']
-    except Exception:  # check_args built this optimizer already; a model that does not build is build_model's
+        expected = _expected_optimizer(args, model).state_dict()['param_groups']
+    except Exception:  # check_args built this optimizer already, over a stand-in
         return differences
     saved = state['param_groups']
     sizes = [len(g.get('params', ())) if isinstance(g, Mapping) else None for g in saved]
