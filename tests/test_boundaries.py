@@ -291,18 +291,23 @@ def test_splits_are_compared_by_the_files_they_read(link, tmp_path, capsys):
 def test_a_fifo_named_like_an_image_is_refused_not_read(tmp_path):
     data = image_folder(tmp_path / 'data')
     os.mkfifo(data / 'train' / 'cat' / 'x.jpg')
-    cmd = [sys.executable, '-m', 'timm_structinit.train', '--data-dir', str(data), '--val-split', 'test', *TINY,
-           *FAST, '--output', str(tmp_path / 'o')]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
-    line = one_line(result.stderr)
-    assert result.returncode == 2 and 'FIFO' in line and 'x.jpg' in line, line
+    with pytest.raises(DataError, match=r"--train-split 'train': .*x\.jpg is a FIFO \(named pipe\), not a regular"):
+        build_dataset('', str(data), 'train', '--train-split')
 
 
 def test_a_fifo_is_not_opened_by_the_image_reader(tmp_path):
     from timm_structinit.data import read_image
-    os.mkfifo(tmp_path / 'x.png')
-    with pytest.raises(ImageReadError, match='not a regular file'):
-        read_image(str(tmp_path / 'x.png'))
+    fifo = tmp_path / 'x.png'
+    os.mkfifo(fifo)
+    # a writer that lets a reader that opened the FIFO go on (empty), so that a regression fails instead of hanging
+    writer = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(ImageReadError, match='not a regular file'):
+            read_image(str(fifo))
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # the writer's open returns
+        writer.join(10)
 
 
 # --- the process's environment ---------------------------------------------------------------------------------

@@ -212,9 +212,13 @@ def _restore(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler,
     start_epoch, lr_replaced = 0, False
     if args.resume:
         path = resume_file(args.resume)
-        start_epoch = resume_checkpoint(
-            model, path, optimizer=None if args.no_resume_opt else optimizer,
-            loss_scaler=loss_scaler, log_info=primary) or 0
+        try:  # checked by `check_resume`; what torch.load meets in the tensors themselves is still the file's
+            start_epoch = resume_checkpoint(
+                model, path, optimizer=None if args.no_resume_opt else optimizer,
+                loss_scaler=loss_scaler, log_info=primary) or 0
+        except Exception as e:
+            raise ConfigError(f'--resume {args.resume!r} cannot be restored ({type(e).__name__}: '
+                              f'{error_line(e)[:300]})') from None
         old_lr = saved_lr(read_checkpoint(path, '--resume'))
         if not args.no_resume_opt and old_lr is not None and not math.isclose(old_lr, args.lr, rel_tol=1e-9):
             # the restored state holds the old rate, which the schedule would keep: the new one is taken, and said
@@ -228,7 +232,11 @@ def _restore(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler,
         model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup,
                                device='cpu' if args.model_ema_force_cpu else None)
         if args.resume:
-            load_checkpoint(model_ema.module, resume_file(args.resume), use_ema=True)
+            try:
+                load_checkpoint(model_ema.module, resume_file(args.resume), use_ema=True)
+            except Exception as e:
+                raise ConfigError(f'--resume {args.resume!r}: its EMA weights cannot be restored '
+                                  f'({type(e).__name__}: {error_line(e)[:300]})') from None
     return start_epoch, model_ema, lr_replaced
 
 

@@ -196,7 +196,8 @@ def _check_data_channels(args: argparse.Namespace, dataset, chans: int) -> None:
     base = dataset.dataset if isinstance(dataset, ClassBalancedSubset) else dataset
     if len(dataset) == 0 or getattr(base, 'transform', None) is not None:
         return
-    image = dataset[0][0]
+    item = dataset[0]
+    image = item[0] if isinstance(item, (tuple, list)) and item else None
     bands = len(image.getbands()) if hasattr(image, 'getbands') else None
     if bands is not None and bands != chans:
         convertible = getattr(base, 'input_img_mode', None) in ('RGB', 'L')
