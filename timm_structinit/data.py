@@ -238,9 +238,9 @@ def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs)
         raise DataError(f'{what}: no images found under {where} (image files end in {extensions})') from None
     except Exception as e:  # whatever else listing the folder met
         raise DataError(f'{what}: cannot list the images under {where} ({type(e).__name__}: {e})') from None
+    _read_each_file_once(ds, what)  # first: a file reached through a link loop keeps its own folder's label
     if not kwargs.get('class_map'):
         _label_by_class_folder(ds, folder)
-    _read_each_file_once(ds, what)
     _refuse_special_files(ds, what)
     if check_classes:
         # timm names classes after the folders that hold images, so an empty class folder silently drops its class
