@@ -286,7 +286,7 @@ _MODEL = 'vit_tiny_patch2_32_mimetic'
 API_BASE = {
     'apply_init': dict(model=None, name='mimetic', seed=0),  # model: a tiny ViT, built per test
     'make_init_cfg': dict(name='impulse', family='vit'),
-    'register_init': dict(),
+    'register_init': dict(init=timm_structinit.inits.get_init('mimetic')),  # the built-in again: no change
     'build_model': dict(model_name=_MODEL, model_kwargs=_TINY_KWARGS),
     'export_model': dict(model_name=_MODEL, out_dir='{target}', model_kwargs=_TINY_KWARGS),
     'push_model': dict(model_name=_MODEL, repo_id='org/name', model_kwargs=_TINY_KWARGS, dry_run=True),
@@ -303,6 +303,7 @@ API_INVALID = {
     ('make_init_cfg', 'family'): ['cnn', 3],
     ('make_init_cfg', 'kwargs'): [{'kernel_size': 4}, {'solver': 'sgd'}, {'kernel': 3}],
     ('register_init', 'init'): ['x', None],
+    ('register_init', 'replace'): ['yes', 1],
     ('build_model', 'model_name'): ['vit_nope', None],
     ('build_model', 'seed'): [-3, 'x'],
     ('build_model', 'model_kwargs'): [{'depht': 1}, ['depth'], {'embed_dim': 0}],

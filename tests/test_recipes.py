@@ -46,7 +46,10 @@ def test_every_recipe_is_a_packaged_file_with_a_source():
 
 @pytest.mark.parametrize('method', sorted(MODELS_2025))
 def test_2025_recipes_carry_the_authors_commands(method, monkeypatch):
-    monkeypatch.setenv('WORLD_SIZE', '16')  # the ImageNet recipe repeats augmentations across processes
+    # the ImageNet recipe repeats augmentations across processes: checked as one process of a torchrun launch
+    for key, value in dict(WORLD_SIZE='16', RANK='0', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',
+                           MASTER_PORT='29500').items():
+        monkeypatch.setenv(key, value)
     model, kwargs = MODELS_2025[method]
     for dataset, classes in [*DATASETS_2025.items(), ('imagenet', 1000)]:
         size = 'base' if dataset == 'imagenet' else 'tiny'

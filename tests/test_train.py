@@ -210,7 +210,9 @@ def test_config_parses_into_valid_arguments(config, monkeypatch, tmp_path):
     if config.stem.startswith(('mimetic', 'impulse', 'default')):
         assert 'arXiv' in text and ('Not pinned down' in text or 'Left open' in text)
     if 'aug_repeats' in text:  # a distributed recipe: checked as one process of a torchrun would check it
-        monkeypatch.setenv('WORLD_SIZE', '16')
+        for key, value in dict(WORLD_SIZE='16', RANK='0', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',
+                               MASTER_PORT='29500').items():
+            monkeypatch.setenv(key, value)
     # a shipped recipe names no data folder: the user gives one
     args = train_mod.parse_args(['-c', config.stem, '--data-dir', str(tmp_path)])
     train_mod.check_args(args)  # the model among them: registered

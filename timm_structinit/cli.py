@@ -18,6 +18,7 @@ that is not empty or not writable) and 1 when the work itself failed (a full dis
 """
 import argparse
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from difflib import get_close_matches
@@ -27,7 +28,7 @@ from . import __version__
 from .kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
 
 __all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'format_kwargs',
-           'OneLineArgumentParser', 'error_line', 'exit_status']
+           'OneLineArgumentParser', 'error_line', 'exit_status', 'output_closed']
 
 PROG = 'timm-structinit'
 
@@ -78,6 +79,20 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 def error_line(error: BaseException) -> str:
     """ An error's message on one line (whitespace, newlines included, collapsed), or its type's name. """
     return ' '.join(str(error).split()) or type(error).__name__
+
+
+def output_closed() -> str:
+    """ Standard output was closed by the program reading it (`... | head -1`): point stdout at the null device, so
+    that later writes (and the flush at exit) go nowhere instead of failing again, and return the one line that
+    says so. """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return ('standard output was closed by the program reading it (a broken pipe); redirect it to a file to keep '
+            'all of it')
 
 
 def exit_status(error: BaseException) -> int:
@@ -348,6 +363,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
         print(f'{PROG} {args.command}: interrupted{name}', file=sys.stderr)
         return 128 + getattr(e, 'signum', 2)
+    except BrokenPipeError:
+        print(f'{PROG} {args.command}: error: {output_closed()}', file=sys.stderr)
+        return 1
     except _expected_errors() as e:
         print(f'{PROG} {args.command}: error: {error_line(e)}', file=sys.stderr)
         return exit_status(e)

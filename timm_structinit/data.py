@@ -20,6 +20,7 @@ decoded during training raises `ImageReadError` with its path.
 """
 import logging
 import os
+import stat
 import urllib.error
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -33,7 +34,8 @@ from .torchvision_data import TORCHVISION_SOURCES, build_torchvision_dataset, to
 __all__ = [
     'DataError', 'ImageReadError', 'DigitsDataset', 'CheckedImageDataset',
     'ClassBalancedSubset', 'build_dataset', 'folder_dataset', 'dataset_targets', 'dataset_classes',
-    'resolve_split_folder', 'check_dataset_name', 'TORCH_DATASETS', 'TRAIN_SPLITS', 'EVAL_SPLITS',
+    'resolve_split_folder', 'check_dataset_name', 'named_item_reads', 'item_file', 'TORCH_DATASETS', 'TRAIN_SPLITS',
+    'EVAL_SPLITS',
 ]
 
 # the torchvision datasets timm's factory maps under 'torch/', then those `torchvision_data` adds
@@ -192,6 +194,8 @@ def read_image(path: str, mode: Optional[str] = 'RGB') -> Image.Image:
     file when it cannot be decoded, is a decompression bomb by Pillow's limit, or has floating-point pixels. """
     where = os.path.abspath(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # opening a FIFO would wait for a writer forever
+            raise ImageReadError(f'image {where} is not a regular file; only regular files are read')
         with Image.open(path) as img:
             if img.mode in _SIXTEEN_BIT_MODES:
                 img = _to_8_bits(img, path)
@@ -223,8 +227,9 @@ class CheckedImageDataset(ImageDataset):
 
 
 def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs) -> CheckedImageDataset:
-    """ A `CheckedImageDataset` over `folder`; no images at all, or (with `check_classes`) a class folder without
-    images, is a DataError starting with `what` (the flag and value that named the folder). """
+    """ A `CheckedImageDataset` over `folder`, each image labelled by the class folder it lies in (however deep),
+    each file listed once and every one a regular file; no images at all, or (with `check_classes`) a class folder
+    without images, is a DataError starting with `what` (the flag and value that named the folder). """
     from timm.data import get_img_extensions
     where = os.path.abspath(folder)
     extensions = ', '.join(get_img_extensions())
@@ -232,7 +237,12 @@ def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs)
         ds = CheckedImageDataset(folder, **kwargs)
     except RuntimeError:  # timm's reader found no image
         raise DataError(f'{what}: no images found under {where} (image files end in {extensions})') from None
-    _read_each_file_once(ds, what)
+    except Exception as e:  # whatever else listing the folder met
+        raise DataError(f'{what}: cannot list the images under {where} ({type(e).__name__}: {e})') from None
+    _read_each_file_once(ds, what)  # first: a file reached through a link loop keeps its own folder's label
+    if not kwargs.get('class_map'):
+        _label_by_class_folder(ds, folder)
+    _refuse_special_files(ds, what)
     if check_classes:
         # timm names classes after the folders that hold images, so an empty class folder silently drops its class
         used = {os.path.relpath(path, folder).split(os.sep)[0] for path, _ in ds.reader.samples}
@@ -242,6 +252,41 @@ def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs)
             raise DataError(f'{what}: class folder(s) {", ".join(empty)} under {where} hold no images (image files '
                             f'end in {extensions}); add images or remove the folder(s)')
     return ds
+
+
+def _label_by_class_folder(ds: CheckedImageDataset, folder: str) -> None:
+    """ Label each image by the class folder directly under `folder` that holds it: timm's reader names the class
+    after the innermost folder, so `cat/extra/1.jpg` and `dog/extra/2.jpg` would both be class 'extra'. Class
+    indices follow timm's order of the names (natural sort); without nested folders nothing changes. """
+    from timm.utils.misc import natural_key
+    tops = []
+    for path, _ in ds.reader.samples:
+        top = os.path.relpath(os.path.dirname(path), folder).split(os.sep)[0]
+        tops.append('' if top == '.' else top)
+    class_to_idx = {c: i for i, c in enumerate(sorted(set(tops), key=natural_key))}
+    ds.reader.samples = [(path, class_to_idx[top]) for (path, _), top in zip(ds.reader.samples, tops)]
+    ds.reader.class_to_idx = class_to_idx
+    if hasattr(ds.reader, 'targets'):
+        ds.reader.targets = [t for _, t in ds.reader.samples]
+
+
+def _refuse_special_files(ds: CheckedImageDataset, what: str) -> None:
+    """ Every image is a regular file (a FIFO, a device or a socket named x.jpg would block or never end a read);
+    the files' identities (device, inode) are kept as `ds.file_ids`, so that two splits can be compared by the
+    files they read, whatever the paths. """
+    ids = set()
+    for path, _ in ds.reader.samples:
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise DataError(f'{what}: cannot read {os.path.abspath(path)} ({e.strerror or e})') from None
+        if not stat.S_ISREG(st.st_mode):
+            kind = ('a FIFO (named pipe)' if stat.S_ISFIFO(st.st_mode) else 'a socket' if stat.S_ISSOCK(st.st_mode)
+                    else 'a device' if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else 'not a file')
+            raise DataError(f'{what}: {os.path.abspath(path)} is {kind}, not a regular image file; only regular '
+                            f'files are read: remove it or replace it by the image')
+        ids.add((st.st_dev, st.st_ino))
+    ds.file_ids = ids
 
 
 def _read_each_file_once(ds: CheckedImageDataset, what: str) -> None:
@@ -358,8 +403,11 @@ def build_dataset(
         download: bool = False,
         class_map: Optional[Dict[str, int]] = None,
 ) -> Dataset:
-    """ Build one split of a dataset; `flag` names the split option (--train-split or --val-split) for errors. """
-    from timm.data import create_dataset
+    """ Build one split of a dataset; `flag` names the split option (--train-split or --val-split) for errors. Any
+    failure of the reader (timm's, torchvision's, numpy's, scipy's, JSON's) on the files is a DataError naming the
+    dataset and the reader's message, and so is, as ImageReadError, any failure to read an item later
+    (`named_item_reads`). """
+    what = f'{flag} {split!r}'
     kind = check_dataset_name(name)
     if kind == 'digits':
         return DigitsDataset(split)
@@ -367,23 +415,106 @@ def build_dataset(
         raise DataError(f'--dataset {name!r} needs --data-dir (the folder holding the data)')
     if kind == 'folder':
         folder = resolve_split_folder(root, split, flag)
-        return folder_dataset(folder, f'{flag} {split!r}', split=split, class_map=class_map or '')
-    if kind == 'hfds':
-        return create_dataset(name, root=root, split=split, download=download)
+        return named_item_reads(folder_dataset(folder, what, split=split, class_map=class_map or ''), what)
     short = name.split('/')[-1].lower()
     try:
-        if kind == 'torchvision':
-            try:
-                own_split = torchvision_split(short, split)
-            except ValueError as e:
-                raise DataError(f'{flag} {e}') from None
-            try:
-                return build_torchvision_dataset(short, root, own_split, download=download)
-            except ImportError as e:
-                raise DataError(f'{TORCHVISION_SOURCES[short].title} is stored in .mat files and needs scipy: '
-                                f'pip install scipy') from e
-        return create_dataset(name, root=root, split=split, download=download)
+        dataset = _build_source(name, kind, short, root, split, flag, download)
+        _check_labels(dataset, f'{name} {what} under --data-dir {os.path.abspath(root)}')
+        return named_item_reads(dataset, f'{name} {what}')
     except DataError:
         raise
-    except (RuntimeError, OSError, urllib.error.URLError) as e:
-        raise _missing_copy_error(short, root, download, e) from e
+    except Exception as e:
+        if download or isinstance(e, (FileNotFoundError, urllib.error.URLError)) or (
+                isinstance(e, RuntimeError) and 'not found' in str(e).lower()):
+            raise _missing_copy_error(short, root, download, e) from e
+        # a copy that is there but that its reader cannot parse (a truncated or foreign file)
+        raise DataError(f'{name} {what} under --data-dir {os.path.abspath(root)} cannot be read '
+                        f'({type(e).__name__}: {" ".join(str(e).split())[:300]}); replace the damaged file, or '
+                        f'download the dataset again (--dataset-download)') from None
+
+
+def _check_labels(dataset: Dataset, what: str) -> None:
+    """ Every label names one of the dataset's classes (a damaged label file reads as numbers out of range, which
+    would fail in the loss of the first step). """
+    try:
+        targets = np.asarray(dataset_targets(dataset))
+    except DataError:
+        return  # a dataset that does not list its labels
+    classes = dataset_classes(dataset)
+    if targets.size and (targets.min() < 0 or (classes is not None and targets.max() >= len(classes))):
+        valid = f'0..{len(classes) - 1} ({len(classes)} classes)' if classes is not None else '>= 0'
+        raise DataError(f'{what}: labels {targets.min()}..{targets.max()} lie outside the classes ({valid}); its '
+                        f'label file is damaged: replace it, or download the dataset again (--dataset-download)')
+
+
+def _build_source(name: str, kind: str, short: str, root: str, split: str, flag: str, download: bool) -> Dataset:
+    from timm.data import create_dataset
+    if kind == 'hfds':
+        return create_dataset(name, root=root, split=split, download=download)
+    if kind == 'torchvision':
+        try:
+            own_split = torchvision_split(short, split)
+        except ValueError as e:
+            raise DataError(f'{flag} {e}') from None
+        try:
+            return build_torchvision_dataset(short, root, own_split, download=download)
+        except ImportError as e:
+            raise DataError(f'{TORCHVISION_SOURCES[short].title} is stored in .mat files and needs scipy: '
+                            f'pip install scipy') from e
+    return create_dataset(name, root=root, split=split, download=download)
+
+
+def _named_getitem(base: type):
+    """ `base.__getitem__` for `named_item_reads`: any failure to read an item is an ImageReadError naming the
+    dataset, the item and its file where the dataset knows it. """
+    def __getitem__(self, index):
+        try:
+            return base.__getitem__(self, index)
+        except (ImageReadError, DataError):
+            raise
+        except Exception as e:
+            file = item_file(self, index)
+            where = f' ({file})' if file else ''
+            raise ImageReadError(f'{getattr(self, "read_what", "dataset")}: cannot read item {index}{where}: '
+                                 f'{type(e).__name__}: {" ".join(str(e).split())[:300]}') from None
+    return __getitem__
+
+
+_NAMED_CLASSES: Dict[type, type] = {}
+
+
+def _named_class(cls: type) -> type:
+    """ `cls` with its item reads named, made once per class and kept under a module-level name, so that a loader
+    worker started by spawn can unpickle its instances. (A subclass with only a method of its own: an instance's
+    class can be swapped for it.) """
+    if cls not in _NAMED_CLASSES:
+        name = f'_Named{cls.__name__}_{len(_NAMED_CLASSES)}'
+        named = type(name, (cls,), {'__getitem__': _named_getitem(cls), '__module__': __name__,
+                                    '__qualname__': name})
+        globals()[name] = _NAMED_CLASSES[cls] = named
+    return _NAMED_CLASSES[cls]
+
+
+def named_item_reads(dataset: Dataset, what: str) -> Dataset:
+    """ Make every item read of `dataset` (the same instance: timm's and torchvision's attributes stay) fail as one
+    ImageReadError naming `what`, the item and its file, whatever the reader raises. Returns `dataset`. """
+    if type(dataset) not in _NAMED_CLASSES.values():
+        dataset.__class__ = _named_class(type(dataset))
+    dataset.read_what = what
+    return dataset
+
+
+def item_file(dataset: Dataset, index: int) -> Optional[str]:
+    """ The file item `index` is read from, where the dataset lists one per item (timm's folder reader,
+    torchvision's Food-101, Flowers-102, Oxford-IIIT Pet), else None. """
+    try:
+        samples = getattr(getattr(dataset, 'reader', None), 'samples', None)
+        if samples is not None:
+            return os.path.abspath(samples[index][0])
+        for attr in ('_image_files', '_images'):
+            files = getattr(dataset, attr, None)
+            if files is not None:
+                return os.path.abspath(files[index])
+    except (IndexError, TypeError):
+        pass
+    return None

@@ -89,12 +89,26 @@ def _unknown_args(model_name: str, kwargs: Mapping[str, Any]) -> Optional[str]:
         f' (did you mean {", ".join(close)}?)' if close else '') + f'; valid: {", ".join(valid)}')
 
 
+def _not_booleans(model_name: str, kwargs: Mapping[str, Any]) -> Optional[str]:
+    """ The arguments whose default in the model's classes is True or False but whose value is not a bool: a
+    string such as 'no' or 'False' would be taken as true. """
+    try:
+        cls = model_class(model_name)
+    except Exception:
+        return None
+    flags = {name for c in cls.__mro__ if '__init__' in vars(c) and c is not nn.Module
+             for name, p in inspect.signature(c.__init__).parameters.items() if isinstance(p.default, bool)}
+    bad = [f'{k}={kwargs[k]!r}' for k in sorted(flags & set(kwargs)) if not isinstance(kwargs[k], bool)]
+    return (f'{", ".join(bad)} for {model_name}: must be True or False (a string is taken as true, "no" included)'
+            if bad else None)
+
+
 def check_model_args(model_name: str, kwargs: Mapping[str, Any]) -> None:
     """ Build `model_name` with `kwargs` on the meta device: the constructor's checks and the structured init's
     (which writes nothing there) run, nothing is allocated. ValueError with one line naming what is wrong. """
     if not is_model(model_name):
         return  # hub and local-dir models: `check_weights_source`
-    unknown = _unknown_args(model_name, kwargs)
+    unknown = _unknown_args(model_name, kwargs) or _not_booleans(model_name, kwargs)
     if unknown:
         raise ValueError(unknown)
     try:
@@ -146,6 +160,36 @@ def _cached(repo_id: str, filenames: List[str]) -> bool:
     return any(isinstance(try_to_load_from_cache(repo_id, f), str) for f in filenames)
 
 
+def _check_local_files(folder: str, what: str) -> None:
+    """ A local-dir: folder's config.json is a JSON object and its weights file, if any, is readable by its reader
+    (safetensors' header, or torch.load's zip index): a truncated or foreign file is one line naming it, before any
+    work, whatever the reader raises. """
+    import json
+    path = os.path.join(folder, 'config.json')
+    try:
+        with open(path, encoding='utf-8') as f:
+            config = json.load(f)
+        if not isinstance(config, dict):
+            raise ValueError(f'a JSON {type(config).__name__}, not an object')
+    except Exception as e:
+        raise ValueError(f'{what}: {os.path.abspath(path)} is not a readable config ({type(e).__name__}: '
+                         f'{" ".join(str(e).split())[:200]})') from None
+    weights = next((os.path.join(folder, n) for n in ('model.safetensors', 'pytorch_model.bin')
+                    if os.path.exists(os.path.join(folder, n))), None)
+    if weights is None:
+        return
+    try:
+        if weights.endswith('.safetensors'):
+            from safetensors import safe_open
+            with safe_open(weights, framework='pt') as f:
+                f.keys()
+        else:
+            torch.load(weights, map_location='meta', weights_only=True, mmap=True)
+    except Exception as e:
+        raise ValueError(f'{what}: {os.path.abspath(weights)} is not readable weights ({type(e).__name__}: '
+                         f'{" ".join(str(e).split())[:200]})') from None
+
+
 def check_weights_source(model: str, pretrained: bool, flag: str = '--model') -> None:
     """ Where the model (a `local-dir:` / `hf-hub:` name) or its pretrained weights come from must be there: a local
     folder with config.json, or a Hub repo in the local cache or on a reachable Hub (huggingface_hub would otherwise
@@ -156,6 +200,7 @@ def check_weights_source(model: str, pretrained: bool, flag: str = '--model') ->
         if not os.path.isfile(os.path.join(folder, 'config.json')):
             raise ValueError(f'{flag} {model!r}: no config.json in {os.path.abspath(folder)} (a local-dir: model is a '
                              f'folder written by `timm-structinit export` or timm\'s save_for_hf)')
+        _check_local_files(folder, f'{flag} {model!r}')
         return
     if model.startswith('hf-hub:'):
         repo_id = model.split(':', 1)[1].split('@')[0]

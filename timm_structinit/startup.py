@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-__all__ = ['command_name', 'quiet_startup_stops']
+__all__ = ['command_name', 'quiet_startup_stops', 'command_started']
 
 # the console scripts, and the modules `python -m` runs as them
 COMMANDS = {'timm-structinit': 'timm_structinit.cli', 'timm-structinit-train': 'timm_structinit.train'}
@@ -28,6 +28,16 @@ def command_name() -> str:
     return ''
 
 
+class _Phase:
+    started = False  # the command's own handlers were installed: a stop that reaches ours now came after them
+
+
+def command_started() -> None:
+    """ Called when a command installs its own stop handlers: when they are put back at its end, a stop that
+    reaches this module's handler came after the command's work, not before it. """
+    _Phase.started = True
+
+
 def quiet_startup_stops() -> None:
     """ Until the command installs its own handlers, end on SIGINT, SIGTERM or SIGHUP with one line. """
     name = command_name()
@@ -35,8 +45,12 @@ def quiet_startup_stops() -> None:
         return
 
     def handler(signum, frame):
-        print(f'{name}: interrupted ({signal.Signals(signum).name}) while starting: nothing was done', file=sys.stderr,
-              flush=True)
+        when = ('while exiting, after the command had finished' if _Phase.started
+                else 'while starting: nothing was done')
+        try:
+            print(f'{name}: interrupted ({signal.Signals(signum).name}) {when}', file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed
+            pass
         # exit here rather than raise: the handler can run inside native code that calls back into Python (torch's
         # C++ modules as they initialize), and an exception cannot pass back through it (the process aborts with a
         # C++ report); nothing needs cleaning up yet

@@ -157,8 +157,14 @@ def _check_out_dir(out_dir: Any) -> Path:
     return Path(out_dir).expanduser()
 
 
-def _check_target(target: Path, force: Any) -> None:
+def _check_target(target: Path, force: Any, checkpoint: Optional[PathLike] = None) -> None:
     _check_flags(force=force)
+    if checkpoint is not None and target.exists():
+        # replacing the target would delete the weights being exported (a run folder exported into itself)
+        source, folder = Path(checkpoint).resolve(), target.resolve()
+        if source == folder or folder in source.parents:
+            raise ValueError(f'export target {target} holds the checkpoint it exports ({checkpoint}); replacing it '
+                             f'would delete it: export to another folder')
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f'export target {target} exists and is not a directory')
     # the export is staged next to the target: its nearest existing parent must be a writable folder
@@ -342,13 +348,13 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
     kwargs = _check_build_args(model_name, seed, model_kwargs, checkpoint, use_ema)
     if repo_id is not None:
         _check_push_args(repo_id)
-    _check_target(target, force)
+    _check_target(target, force, checkpoint)
     model, info = _build(model_name, seed, kwargs, checkpoint, use_ema)
     load_id = f'hf-hub:{repo_id}' if repo_id else f'local-dir:{os.fspath(target)}'
     if info['own']['trained']:  # the card of trained weights is written to be shared: no absolute local path
         load_id = _portable(load_id)
     # checked again before the swap: the folder may have been filled while the export ran
-    with atomic_dir(target.resolve(), before_replace=lambda _: _check_target(target, force)) as staging:
+    with atomic_dir(target.resolve(), before_replace=lambda _: _check_target(target, force, checkpoint)) as staging:
         try:
             _write_export(model, staging, model_name, info, load_id)
         except (OSError, safetensors.SafetensorError) as e:

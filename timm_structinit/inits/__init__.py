@@ -63,14 +63,22 @@ class StructInit:
 _INITS: Dict[str, StructInit] = {}
 
 
-def register_init(init: StructInit) -> StructInit:
-    """ Make `init` available by its name to `apply_init`, `make_init_cfg` and every model's `struct_init`. """
+def register_init(init: StructInit, replace: bool = False) -> StructInit:
+    """ Make `init` available by its name to `apply_init`, `make_init_cfg` and every model's `struct_init`. A name
+    already registered (a built-in such as 'mimetic' included) is refused unless `replace=True`, so that a plugin
+    cannot change what a name means by accident. """
     if not isinstance(init, StructInit):
         raise TypeError(f'register_init takes a StructInit, got {type(init).__name__}')
     if not isinstance(init.name, str) or not init.name.isidentifier():
         raise ValueError(f'StructInit.name={init.name!r} must be an identifier such as "my_init"')
     if not (dataclasses.is_dataclass(init.cfg_cls) and isinstance(init.cfg_cls, type)) or not callable(init.apply):
         raise TypeError(f'StructInit {init.name!r} needs a dataclass cfg_cls and a callable apply')
+    if not isinstance(replace, bool):
+        raise TypeError(f'replace={replace!r} must be True or False')
+    if init.name in _INITS and not replace and _INITS[init.name] != init:
+        known = _INITS[init.name].description or 'registered before'
+        raise ValueError(f'struct_init {init.name!r} is already registered ({known}); choose another name, or pass '
+                         f'replace=True to replace it')
     _INITS[init.name] = init
     return init
 
@@ -216,7 +224,25 @@ def check_init_cfg(model: nn.Module, name: str, cfg: Any) -> Tuple[StructInit, s
         attns = find_attention(model)
         if init.check_model is not None:
             init.check_model(cfg, model_geometry(model, attns))
+    _refuse_derived_weights(model, attns if family == 'vit' else [model])
     return init, family, attns
+
+
+def _refuse_derived_weights(model: nn.Module, scopes: List[nn.Module]) -> None:
+    """ An init writes weights in place; a weight computed from others (torch.nn.utils.parametrize, e.g.
+    `parametrizations.weight_norm`, or the older `weight_norm` / `spectral_norm` hooks) would be written and then
+    recomputed from its sources, leaving a record that says the init is there when it is not. """
+    from torch.nn.utils import parametrize
+    names = {id(m): n for n, m in model.named_modules()}
+    for scope in scopes:
+        for module in scope.modules():
+            hooks = [type(h).__name__ for h in module._forward_pre_hooks.values()
+                     if type(h).__name__ in ('WeightNorm', 'SpectralNorm')]
+            if parametrize.is_parametrized(module) or hooks:
+                how = hooks[0] if hooks else 'a parametrization (torch.nn.utils.parametrize)'
+                raise ValueError(f'{names.get(id(module)) or type(module).__name__} of {type(model).__name__} has its '
+                                 f'weight computed by {how}: an init cannot write it; apply the init before adding the '
+                                 f'parametrization, or remove it first (parametrize.remove_parametrizations)')
 
 
 def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None,

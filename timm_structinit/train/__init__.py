@@ -13,6 +13,7 @@ this package's models as `python -m timm_structinit.run path/to/train.py ...`.
 """
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
@@ -28,15 +29,16 @@ from timm.utils import (
     CheckpointSaver, ModelEmaV3, init_distributed_device, trim_summary, unwrap_model, update_summary,
 )
 
-from ..cli import error_line
+from ..cli import error_line, output_closed
 from ..data import DataError, ImageReadError
 from ..mass_tracking import TargetMassTracker, mass_columns
 from ..seeds import seed_everything
 from ..timm_patches import patched_timm
 from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config, read_checkpoint
-from .checks import check_args, resume_path
+from .checks import check_args
 from .config import PROG, ConfigError, build_parser, parse_args, save_args
 from .failures import RunStopped, post_failure, posted_failure, rank, stop_on_signals, world_size
+from .resume import check_resume, resume_file, saved_lr
 from .loop import mean_lr, seed_epoch, train_one_epoch, validate
 from .output import (
     OutputWriteError, claim_output_dir, output_dir, plot_summary, release_output_dir, remove_unfinished_run,
@@ -69,6 +71,7 @@ class _Run:
     created: Optional[str] = None  # the outermost folder this run made
     saver: Optional[CheckpointSaver] = None
     tracker: Optional[TargetMassTracker] = None
+    lr_replaced: bool = False  # a new --lr took the place of the resumed one
 
     @property
     def primary(self) -> bool:
@@ -79,11 +82,21 @@ class _Run:
         return self.model_ema is not None and not self.args.model_ema_force_cpu
 
 
+class _OutputStreamHandler(logging.StreamHandler):
+    """ The log on stdout; a reader that closed it (`| head -1`) ends the run as `main` says, where logging's own
+    handler would print a traceback for each later line and go on. """
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError):
+            raise
+        super().handleError(record)
+
+
 def train(args: argparse.Namespace) -> Dict[str, Any]:
     """ Train as `args` says (already checked by `check_args`); returns the outcome and the output folder. """
     device = init_distributed_device(args)
     if not logging.root.handlers:
-        handler = logging.StreamHandler(sys.stdout)
+        handler = _OutputStreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter('%(message)s'))
         logging.root.addHandler(handler)
     logging.root.setLevel(logging.INFO if args.rank == 0 else logging.WARNING)
@@ -135,7 +148,7 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
                  f'{len(dataset_eval)} evaluation images')
     model.to(device)
     optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
-    start_epoch, model_ema = _restore(args, model, optimizer, loss_scaler, primary)
+    start_epoch, model_ema, lr_replaced = _restore(args, model, optimizer, loss_scaler, primary)
     if args.torchcompile:  # as timm's train.py: compiled before DDP wraps it, so DDP stays out of the graph
         _logger.info(f'Compiling the model with torch.compile (backend {args.torchcompile}, mode '
                      f'{args.torchcompile_mode or "default"})')
@@ -154,7 +167,8 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
         else:
             lr_scheduler.step(start_epoch)
     run = _Run(args, device, model, model_ema, optimizer, amp_autocast, loss_scaler, (loader_train, loader_eval),
-               mixup, loss_fn, lr_scheduler, start_epoch, num_epochs, out, continuing, created)
+               mixup, loss_fn, lr_scheduler, start_epoch, num_epochs, out, continuing, created,
+               lr_replaced=lr_replaced)
     if primary:
         _open_output(run, dataset_eval, eval_options)
     history, eval_metrics = _run_epochs(run)
@@ -174,11 +188,13 @@ def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str
     if primary:
         try:
             out, continuing = output_dir(args)
-            meta = read_checkpoint(resume_path(args.resume), '--resume') if args.resume else None
+            meta = read_checkpoint(resume_file(args.resume), '--resume') if args.resume else None
             arch = meta.get('arch') if isinstance(meta, dict) else None
             if arch is not None and arch != args.model:
                 raise ConfigError(f'--resume {args.resume!r} holds a {arch!r} checkpoint, but --model is '
                                   f'{args.model!r}')
+            if args.resume:
+                check_resume(args, meta, out, continuing)
             created = claim_output_dir(out, continuing, args.overwrite)
         except ConfigError as e:
             error = str(e)
@@ -195,18 +211,35 @@ def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str
 
 def _restore(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler, primary: bool):
     """ (epoch to start from, EMA or None), both from the --resume checkpoint when there is one. """
-    start_epoch = 0
+    start_epoch, lr_replaced = 0, False
     if args.resume:
-        start_epoch = resume_checkpoint(
-            model, resume_path(args.resume), optimizer=None if args.no_resume_opt else optimizer,
-            loss_scaler=loss_scaler, log_info=primary) or 0
+        path = resume_file(args.resume)
+        try:  # checked by `check_resume`; what torch.load meets in the tensors themselves is still the file's
+            start_epoch = resume_checkpoint(
+                model, path, optimizer=None if args.no_resume_opt else optimizer,
+                loss_scaler=loss_scaler, log_info=primary) or 0
+        except Exception as e:
+            raise ConfigError(f'--resume {args.resume!r} cannot be restored ({type(e).__name__}: '
+                              f'{error_line(e)[:300]})') from None
+        old_lr = saved_lr(read_checkpoint(path, '--resume'))
+        if not args.no_resume_opt and old_lr is not None and not math.isclose(old_lr, args.lr, rel_tol=1e-9):
+            # the restored state holds the old rate, which the schedule would keep: the new one is taken, and said
+            for group in optimizer.param_groups:
+                group['lr'] = group['initial_lr'] = args.lr
+            lr_replaced = True
+            _logger.info(f'Learning rate {args.lr:.6g} replaces the checkpoint\'s {old_lr:.6g} from epoch '
+                         f'{start_epoch + 1} on (recorded in args.yaml)')
     model_ema = None
     if args.model_ema:
         model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup,
                                device='cpu' if args.model_ema_force_cpu else None)
         if args.resume:
-            load_checkpoint(model_ema.module, resume_path(args.resume), use_ema=True)
-    return start_epoch, model_ema
+            try:
+                load_checkpoint(model_ema.module, resume_file(args.resume), use_ema=True)
+            except Exception as e:
+                raise ConfigError(f'--resume {args.resume!r}: its EMA weights cannot be restored '
+                                  f'({type(e).__name__}: {error_line(e)[:300]})') from None
+    return start_epoch, model_ema, lr_replaced
 
 
 def _open_output(run: _Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
@@ -216,10 +249,10 @@ def _open_output(run: _Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
         model=run.model, optimizer=run.optimizer, args=args, model_ema=run.model_ema, amp_scaler=run.loss_scaler,
         checkpoint_dir=out, recovery_dir=out, decreasing=args.eval_metric == 'loss', max_history=args.checkpoint_hist)
     if run.continuing:
-        run.saver.load_state_dict_from_checkpoint(resume_path(args.resume))
+        run.saver.load_state_dict_from_checkpoint(resume_file(args.resume))
     with writing_output(out):
         trim_summary(os.path.join(out, 'summary.csv'), run.start_epoch)
-        if not run.continuing or not os.path.exists(os.path.join(out, 'args.yaml')):
+        if not run.continuing or run.lr_replaced or not os.path.exists(os.path.join(out, 'args.yaml')):
             save_args(args, os.path.join(out, 'args.yaml'))
     if args.log_wandb:  # as timm's train.py; the run folder goes to ./wandb (or $WANDB_DIR)
         import wandb
@@ -371,6 +404,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _failed(2, e)
     except (FloatingPointError, ImageReadError, OutputWriteError) as e:
         return _failed(1, e)
+    except BrokenPipeError:
+        return _failed(1, BrokenPipeError(output_closed()))
+    except (MemoryError, torch.OutOfMemoryError) as e:
+        return _failed(1, _out_of_memory(e))
     except KeyboardInterrupt as e:
         status = 128 + getattr(e, 'signum', signal.SIGINT)
         peer_status = _peer_failed(None)
@@ -380,14 +417,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
             print(f'interrupted{name} before training started: nothing was kept', file=sys.stderr)
         return status
-    except RuntimeError:  # in a distributed run, a collective operation whose peer is gone
+    except RuntimeError as e:  # in a distributed run, a collective operation whose peer is gone
         status = _peer_failed(None) if world_size() > 1 else None
-        if status is None:
-            raise
-        return status
+        if status is not None:
+            return status
+        if _is_allocation_failure(e):  # the CPU allocator's (and other backends') out of memory
+            return _failed(1, _out_of_memory(e))
+        raise
     finally:
         restore_signals()
     return 0
+
+
+# what torch's allocators say when they run out of memory as a plain RuntimeError (CPU, MPS, XPU)
+_ALLOCATION_FAILURES = ("can't allocate memory", 'out of memory', 'not enough memory')
+
+
+def _is_allocation_failure(error: BaseException) -> bool:
+    text = str(error).lower()
+    return any(phrase in text for phrase in _ALLOCATION_FAILURES)
+
+
+def _out_of_memory(error: BaseException) -> Exception:
+    """ One line for an allocation that failed during the work: the allocator's first line, and what to lower. """
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    return RuntimeError(f'out of memory ({first[:200]}); lower --batch-size (or -vb for evaluation), or train a '
+                        f'smaller model')
 
 
 def _failed(status: int, error: BaseException) -> int:

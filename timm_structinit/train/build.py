@@ -35,9 +35,17 @@ def build_datasets(args: argparse.Namespace):
     dataset_train = build(args.train_split, '--train-split')
     dataset_eval = build(args.val_split, '--val-split')
     train_root = getattr(getattr(dataset_train, 'reader', None), 'root', None)
-    if train_root is not None and train_root == getattr(getattr(dataset_eval, 'reader', None), 'root', None):
+    eval_root = getattr(getattr(dataset_eval, 'reader', None), 'root', None)
+    if train_root is not None and eval_root is not None and os.path.realpath(train_root) == os.path.realpath(eval_root):
         raise ConfigError(f'--train-split {args.train_split!r} and --val-split {args.val_split!r} are the same '
-                          f'folder ({train_root}); evaluating on training images is refused')
+                          f'folder ({os.path.realpath(train_root)}); evaluating on training images is refused')
+    # the same file reached by other paths (a linked class folder, a hard link): compared by identity, not by name
+    shared = getattr(dataset_train, 'file_ids', set()) & getattr(dataset_eval, 'file_ids', set())
+    if shared:
+        example = next(p for p, _ in dataset_eval.reader.samples if _file_id(p) in shared)
+        raise ConfigError(f'--train-split {args.train_split!r} and --val-split {args.val_split!r} share '
+                          f'{len(shared)} image file(s), e.g. {os.path.abspath(example)} (a link between the splits?); '
+                          f'evaluating on training images is refused')
     train_classes, eval_classes = dataset_classes(dataset_train), dataset_classes(dataset_eval)
     if train_classes is not None and eval_classes is not None and train_classes != eval_classes:
         missing = sorted(set(train_classes) ^ set(eval_classes))
@@ -61,16 +69,27 @@ def build_datasets(args: argparse.Namespace):
     return dataset_train, dataset_eval
 
 
+def _file_id(path: str) -> Tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _reader_message(error: BaseException) -> str:
+    """ A reader's own message on one line, with its type where the message alone would not say what failed. """
+    line = error_line(error)[:300]
+    return line if isinstance(error, (ValueError, TypeError)) else f'{type(error).__name__}: {line}'
+
+
 def read_checkpoint(path: str, flag: str) -> Any:
     """ A checkpoint's content, tensors memory-mapped (cheap); an unreadable file is the flag's error. """
     try:
         return load_checkpoint_metadata(path)
     except Exception as e:  # truncated or foreign file: say so instead of a traceback
-        raise ConfigError(f'{flag} {path!r} is not a readable checkpoint ({type(e).__name__}: {e})') from None
+        raise ConfigError(f'{flag} {path!r} is not a readable checkpoint ({_reader_message(e)})') from None
 
 
-def _check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag: str, path: str,
-                           args: argparse.Namespace, meta: Any = None) -> None:
+def check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag: str, path: str,
+                          args: argparse.Namespace, meta: Any = None) -> None:
     """ Refuse a checkpoint whose weights do not fit `model`, saying which model it is for and which keys differ. """
     mismatch = state_dict_mismatch(model.state_dict(), state_dict)
     if not mismatch:
@@ -102,22 +121,26 @@ def build_model(args: argparse.Namespace) -> nn.Module:
         drop_block_rate=args.drop_block, global_pool=args.gp), **args.model_kwargs}
     try:
         model = create_model(args.model, pretrained=args.pretrained, **factory_kwargs)
-    except (TypeError, ValueError, RuntimeError, AssertionError, ZeroDivisionError) as e:
-        raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: '
-                          f'{error_line(e)}') from None
     except OSError as e:  # pretrained weights or a Hub config that could not be fetched
         raise ConfigError(f'--model {args.model!r}{" --pretrained" if args.pretrained else ""}: cannot load its '
                           f'weights or config ({type(e).__name__}: {error_line(e)})') from None
+    except Exception as e:  # any constructor's or weight reader's complaint (a truncated local-dir: safetensors)
+        raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: '
+                          f'{_reader_message(e)}') from None
     path = args.initial_checkpoint
     if path and path.lower().endswith(('.npz', '.npy')):
-        load_checkpoint(model, path)  # JAX weights: the model's own loader, as timm does
+        try:
+            load_checkpoint(model, path)  # JAX weights: the model's own loader, as timm does
+        except Exception as e:  # numpy's reader, or the model's own loader on arrays it does not expect
+            raise ConfigError(f'--initial-checkpoint {path!r} cannot be loaded into --model {args.model} '
+                              f'({_reader_message(e)})') from None
     elif path:
         try:  # timm's choice of weights: the EMA ones when the checkpoint has them
             state_dict = load_state_dict(path, use_ema=True)
         except Exception as e:  # truncated or foreign file
             raise ConfigError(f'--initial-checkpoint {path!r} is not a readable checkpoint '
                               f'({type(e).__name__}: {error_line(e)})') from None
-        _check_checkpoint_fits(model, state_dict, '--initial-checkpoint', path, args)
+        check_checkpoint_fits(model, state_dict, '--initial-checkpoint', path, args)
         model.load_state_dict(state_dict)
     if args.resume:
         meta = read_checkpoint(resume_path(args.resume), '--resume')
@@ -125,7 +148,7 @@ def build_model(args: argparse.Namespace) -> nn.Module:
         state_dict = clean_state_dict(state_dict) if isinstance(state_dict, dict) else meta
         if not isinstance(state_dict, dict):
             raise ConfigError(f'--resume {args.resume!r} holds a {type(meta).__name__}, not a checkpoint')
-        _check_checkpoint_fits(model, state_dict, '--resume', args.resume, args, meta)
+        check_checkpoint_fits(model, state_dict, '--resume', args.resume, args, meta)
     return model
 
 
@@ -163,6 +186,7 @@ def data_config(args: argparse.Namespace, model: nn.Module, datasets: Sequence) 
             base.set_img_size(input_size[-1])
         if getattr(base, 'input_img_mode', None) in ('RGB', 'L'):
             base.input_img_mode = 'L' if input_size[0] == 1 else 'RGB'
+    _check_data_channels(args, datasets[0], input_size[0])
     return config
 
 
@@ -185,6 +209,23 @@ def autocast_dtype(amp_dtype: Optional[str], device: torch.device) -> torch.dtyp
     if amp_dtype:
         return getattr(torch, amp_dtype)
     return torch.bfloat16 if device.type == 'cpu' else torch.float16
+
+
+def _check_data_channels(args: argparse.Namespace, dataset, chans: int) -> None:
+    """ The images have the channels the model takes (--in-chans, --input-size or model_kwargs in_chans: one
+    setting however it is spelled), read off the first image; a mismatch would fail in the first step. """
+    base = dataset.dataset if isinstance(dataset, ClassBalancedSubset) else dataset
+    if len(dataset) == 0 or getattr(base, 'transform', None) is not None:
+        return
+    item = dataset[0]
+    image = item[0] if isinstance(item, (tuple, list)) and item else None
+    bands = len(image.getbands()) if hasattr(image, 'getbands') else None
+    if bands is not None and bands != chans:
+        convertible = getattr(base, 'input_img_mode', None) in ('RGB', 'L')
+        valid = '1 (read as gray) or 3 (RGB)' if convertible else f'{bands}'
+        raise ConfigError(f'the model takes {chans} input channel(s) (--in-chans, --input-size or model_kwargs '
+                          f'in_chans), but the images of --dataset {args.dataset!r} have {bands} ({image.mode}); '
+                          f'valid here: {valid}')
 
 
 def build_optimizer(args: argparse.Namespace, model: nn.Module, device: torch.device):

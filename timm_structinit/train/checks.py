@@ -17,6 +17,7 @@ from ..data import DataError, check_dataset_name
 from ..model_build import check_model_args, check_weights_source
 from ..seeds import check_seed
 from .config import GRAYSCALE_TORCH_DATASETS, PROG, SCHEDULERS, ConfigError, build_parser
+from .failures import rank, world_size
 
 
 def _check(ok: bool, message: str) -> None:
@@ -39,6 +40,7 @@ def in_chans(args: argparse.Namespace) -> int:
 
 def check_args(args: argparse.Namespace) -> None:
     """ Validate every value before any work is done; errors name the value and what is valid. """
+    check_launch_environment()
     if ':' not in args.model and not timm.is_model(args.model):
         close = difflib.get_close_matches(args.model, timm.list_models(), n=3)
         raise ConfigError(
@@ -61,7 +63,7 @@ def check_args(args: argparse.Namespace) -> None:
     except ValueError as e:
         raise ConfigError(f'--model {args.model} (--model-kwargs): {e}' if not str(e).startswith('--') else str(e)) \
             from None
-    if args.warmup_epochs >= args.epochs and args.sched != 'none' and os.environ.get('RANK', '0') in ('', '0'):
+    if args.warmup_epochs >= args.epochs and args.sched != 'none' and rank() == 0:
         print(f'{PROG}: warning: --warmup-epochs {args.warmup_epochs} is not shorter than --epochs {args.epochs}: the '
               f'whole run stays in warm-up and never reaches --lr', file=sys.stderr)
 
@@ -91,14 +93,24 @@ def _check_device(device: str) -> None:
 
 
 def _check_optimizer(args: argparse.Namespace) -> None:
-    """ The optimizer options, checked by building the optimizer over one stand-in parameter. """
+    """ The optimizer options, checked by building the optimizer over a stand-in layer and taking two steps. """
     from timm.optim import create_optimizer_v2, optimizer_kwargs
     options = optimizer_kwargs(cfg=args)
     options.update(lr=args.lr or 1.0, layer_decay=None)  # a learning rate from --lr-base comes later
+    stand_in = torch.nn.Linear(1, 1)
+
+    def closure():  # some values are read only in a step (dampening, a beta's type)
+        optimizer.zero_grad()
+        loss = stand_in(torch.ones(1, 1)).square().sum()
+        loss.backward(create_graph=bool(getattr(optimizer, 'is_second_order', False)))
+        return loss
     try:
-        create_optimizer_v2(torch.nn.Linear(1, 1), **options, **args.opt_kwargs)
-    except (TypeError, ValueError, AssertionError, KeyError) as e:
+        optimizer = create_optimizer_v2(stand_in, **options, **args.opt_kwargs)
+        for _ in range(2):  # the second uses the state the first made (momentum buffers, step counts)
+            optimizer.step(closure)
+    except Exception as e:  # whatever the factory or the optimizer's constructor says of these values
         detail = ' '.join(str(e).split()) or type(e).__name__
+        detail = detail if isinstance(e, (ValueError, TypeError)) else f'{type(e).__name__}: {detail}'
         raise ConfigError(f'optimizer --opt {args.opt} with these options (--opt-eps, --opt-betas, --momentum, '
                           f'--weight-decay, --opt-kwargs {args.opt_kwargs}) is not valid: {detail}') from None
 
@@ -157,6 +169,23 @@ _MODEL_ARG_OPTIONS = (('--in-chans/--input-size', 'in_chans'), ('--num-classes',
                       ('--drop-path', 'drop_path_rate'), ('--drop-block', 'drop_block_rate'), ('--gp', 'global_pool'))
 
 
+# model arguments whose option has a range (`_RANGES`): the option's range holds for them too
+_MODEL_ARG_RANGES = {'drop_path_rate': 'drop_path', 'drop_block_rate': 'drop_block', 'drop_rate': 'drop',
+                     'num_classes': 'num_classes'}
+
+
+def _check_range(what: str, option: str, value: Any) -> None:
+    """ `value`, set as `what`, is within the range of `option` (every range of `_RANGES` that names it). """
+    flag = f'--{option.replace("_", "-")}'
+    integer = option in ('num_classes',)
+    kind = (int,) if integer else (int, float)
+    _check(isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value),
+           f'{what}={value!r} must be {"an integer" if integer else "a finite number"} (as {flag})')
+    for names, ok, valid in _RANGES:
+        if option in names:
+            _check(ok(value), f'{what}={value!r} {valid} (as {flag})')
+
+
 def _check_model_kwargs(args: argparse.Namespace) -> None:
     _check(isinstance(args.model_kwargs, dict), f'model_kwargs {args.model_kwargs!r} must be a mapping')
     chans = in_chans(args)
@@ -169,6 +198,9 @@ def _check_model_kwargs(args: argparse.Namespace) -> None:
         value = option_values[key]
         _check(value is None or key not in args.model_kwargs or args.model_kwargs[key] == value,
                f'model_kwargs {key}={args.model_kwargs.get(key)!r} contradicts {flag} {value}; set it in one place')
+    for key, option in _MODEL_ARG_RANGES.items():  # one setting, two spellings: one range
+        if key in args.model_kwargs:
+            _check_range(f'model_kwargs {key}', option, args.model_kwargs[key])
     for name in ('mean', 'std'):
         value = getattr(args, name)
         _check(value is None or len(value) in (1, chans) or len(set(value)) == 1,
@@ -200,8 +232,11 @@ def mixup_active(args: argparse.Namespace) -> bool:
 def _check_training(args: argparse.Namespace) -> None:
     _check(args.sched in SCHEDULERS, f'--sched {args.sched!r} is not valid; choose one of {", ".join(SCHEDULERS)}')
     optimizers = list_optimizers()
-    opt_name = args.opt.lower().split('_')[-1]
-    _check(opt_name in optimizers, f'--opt {args.opt!r} is not a timm optimizer; valid: {", ".join(optimizers)}')
+    # timm reads the part after the last '_' and takes the one prefix 'lookahead_'; any other prefix it would drop
+    name = args.opt.lower()
+    _check(name.removeprefix('lookahead_') in optimizers,
+           f'--opt {args.opt!r} is not a timm optimizer; valid: {", ".join(optimizers)}, each also as '
+           f'lookahead_<name>')
     _check(args.opt_betas is None or len(args.opt_betas) in (2, 3), f'--opt-betas {args.opt_betas} needs 2 values')
     from timm.data.transforms import _str_to_pil_interpolation as interpolations
     for name, extra in (('interpolation', ('',)), ('train_interpolation', ('', 'random'))):
@@ -227,12 +262,60 @@ def _check_training(args: argparse.Namespace) -> None:
             import wandb  # noqa: F401
         except ImportError:
             raise ConfigError("--log-wandb needs wandb: pip install 'timm-structinit[wandb]'") from None
+        _check(_wandb_can_log(), '--log-wandb: no Weights & Biases login here (no WANDB_API_KEY, no entry for '
+                                 f'{_wandb_host()} in ~/.netrc); run `wandb login`, or set WANDB_MODE=offline to keep '
+                                 f'the log on disk')
     # as timm's loader: repeated augmentation spreads each image's copies over the processes of a distributed run
-    world_size = int(os.environ.get('WORLD_SIZE', '1') or 1)
-    _check(not args.aug_repeats or world_size > 1,
+    _check(not args.aug_repeats or world_size() > 1,
            f'--aug-repeats {args.aug_repeats} needs a distributed run (torchrun --nproc_per_node=N ...), as in timm; '
            f'this one has a single process')
     _check_compile(args)
+
+
+def _wandb_host() -> str:
+    from urllib.parse import urlparse
+    return urlparse(os.environ.get('WANDB_BASE_URL') or 'https://api.wandb.ai').hostname or 'api.wandb.ai'
+
+
+def _wandb_can_log() -> bool:
+    """ wandb.init would not stop for a login: an offline or disabled mode, an API key in the environment, an
+    identity token file, or the key `wandb login` writes to the netrc file. """
+    if os.environ.get('WANDB_MODE', '').lower() in ('offline', 'dryrun', 'disabled') or \
+            os.environ.get('WANDB_API_KEY') or os.environ.get('WANDB_IDENTITY_TOKEN_FILE'):
+        return True
+    import netrc
+    try:
+        auth = netrc.netrc(os.environ.get('NETRC') or None).authenticators(_wandb_host())
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(auth and auth[2])
+
+
+def check_launch_environment() -> None:
+    """ The variables a launcher sets (RANK, WORLD_SIZE, LOCAL_RANK) make sense together and come with one: left
+    in a shell, RANK=1 would silence every error line (only rank 0 prints) and WORLD_SIZE=2 would wait for peers
+    that never start. """
+    names = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK')
+    values = {}
+    for name in names:
+        text = os.environ.get(name, '')
+        if text:
+            _check(text.isdigit(), f'environment variable {name}={text!r} must be a non-negative integer (as torchrun '
+                                   f'sets it); unset it to train in one process')
+            values[name] = int(text)
+    if not values:
+        return
+    shown = ' '.join(f'{k}={v}' for k, v in values.items())
+    if values.get('WORLD_SIZE', 1) > 1:
+        _check(bool(os.environ.get('MASTER_ADDR') and os.environ.get('MASTER_PORT')),
+               f'{shown} is set in the environment but no launcher is (MASTER_ADDR and MASTER_PORT are unset): start '
+               f'the run with torchrun --nproc_per_node=N, or unset {" ".join(values)} to train in one process')
+        _check(values.get('RANK', 0) < values['WORLD_SIZE'],
+               f'{shown}: RANK must be below WORLD_SIZE')
+    else:
+        _check(values.get('RANK', 0) == 0 and values.get('LOCAL_RANK', 0) == 0,
+               f'{shown} is set in the environment without WORLD_SIZE > 1 (no launcher started this process): '
+               f'unset {" ".join(values)} to train in one process, or start the run with torchrun')
 
 
 # torch.compile modes (torch 2.x); None is torch's default

@@ -245,7 +245,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _unique_key_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Dict[Any, Any]:
     lines: Dict[Any, int] = {}
-    for key_node, _ in node.value:
+    # a merge key (`<<: *defaults`) brings keys its own mapping may override; only the mapping's own keys count
+    own = [(k, v) for k, v in node.value if k.tag != 'tag:yaml.org,2002:merge']
+    for key_node, _ in own:
         key = loader.construct_object(key_node, deep=True)
         try:
             first = lines.setdefault(key, key_node.start_mark.line + 1)
@@ -277,6 +279,9 @@ def _read_yaml(path: str) -> Dict[Any, Any]:
         where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ''
         raise ConfigError(f'--config {path!r} is not valid YAML: {getattr(e, "problem", None) or error_line(e)}'
                           f'{where}') from None
+    except Exception as e:  # whatever else PyYAML meets (a RecursionError for nesting too deep)
+        raise ConfigError(f'--config {path!r} cannot be read as YAML ({type(e).__name__}: {error_line(e)[:200]})') \
+            from None
     if not isinstance(cfg or {}, dict):
         raise ConfigError(f'--config {path!r} must be a mapping of option names to values')
     return cfg or {}
@@ -322,8 +327,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     _refuse_timm_only(argv)
     config_parser = OneLineArgumentParser(prog=PROG, add_help=False)
-    config_parser.add_argument('-c', '--config', default='')
-    path = config_parser.parse_known_args(argv)[0].config
+    config_parser.add_argument('-c', '--config', action='append', default=[])
+    paths = config_parser.parse_known_args(argv)[0].config
+    if len(paths) > 1:  # argparse would keep the last silently
+        raise ConfigError(f'-c/--config is given {len(paths)} times ({", ".join(map(repr, paths))}); give one '
+                          f'config, and set what differs with flags after it')
+    path = paths[0] if paths else ''
     parser = build_parser()
     namespace = argparse.Namespace()
     if path:

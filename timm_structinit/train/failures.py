@@ -75,6 +75,8 @@ def _set_children_aside() -> None:
 def stop_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
     """ Make each of `signums` raise RunStopped in the main thread, and SIGINT KeyboardInterrupt as Python does;
     returns a function putting the previous handlers back (SIGCHLD's too, which a stop sets aside). """
+    from ..startup import command_started
+    command_started()
     previous: Dict[int, object] = {}
 
     def handler(signum, frame):
@@ -177,12 +179,22 @@ def quiet_worker_starts(loader):
     return loader
 
 
+def _launched() -> bool:
+    """ A launcher (torchrun) started this process as one of several: WORLD_SIZE > 1, a RANK below it and the
+    store's address (`checks.check_launch_environment` refuses anything else before any work). """
+    size, rank_text = os.environ.get('WORLD_SIZE', ''), os.environ.get('RANK', '0') or '0'
+    return (size.isdigit() and int(size) > 1 and rank_text.isdigit() and int(rank_text) < int(size)
+            and bool(os.environ.get('MASTER_ADDR') and os.environ.get('MASTER_PORT')))
+
+
 def rank() -> int:
-    return int(os.environ.get('RANK', '0') or 0)
+    """ This process's rank in a launched run, else 0 (a RANK left in the environment does not count). """
+    text = os.environ.get('RANK', '')
+    return int(text) if _launched() and text.isdigit() else 0
 
 
 def world_size() -> int:
-    return int(os.environ.get('WORLD_SIZE', '1') or 1)
+    return int(os.environ['WORLD_SIZE']) if _launched() else 1
 
 
 def _store():

@@ -2,23 +2,27 @@
 when a run leaves nothing to resume, and its summary drawn to a figure. """
 import argparse
 import csv
+import errno
 import os
 import shutil
 import socket
 import time
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from filelock import FileLock, Timeout
 
 from ..figures import new_figure, save_figure
-from .checks import resume_path
 from .config import ConfigError
+from .resume import continues_in_folder, resume_file
 
 # files this entry point writes into an output directory; --overwrite removes exactly these
 _OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',
                  'model_best.pth.tar', 'tmp.pth.tar')
-# the file that says which process runs in a folder (created exclusively: one run at a time)
+# the file whose OS lock says a run is in a folder (one run at a time); it names the holder
 LOCK_NAME = '.timm-structinit.lock'
+_HELD: Dict[str, FileLock] = {}  # the locks this process holds, by folder
 # how torch.save reports a write of its zip container that the file system refused (a full disk, an I/O error)
 _TORCH_WRITE_FAILURES = ('unexpected pos', 'failed writing', 'file write failed')
 
@@ -37,26 +41,47 @@ def writing_output(folder: str) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        reason = e.strerror or str(e)
-        target = e.filename
+        reason, target, code = e.strerror or str(e), e.filename, e.errno
     except RuntimeError as e:
         if isinstance(e, OutputWriteError) or not any(text in str(e) for text in _TORCH_WRITE_FAILURES):
             raise
-        reason, target = 'the write failed', None
+        # torch.save's zip writer does not keep the errno: a file-size limit is the one cause it cannot show
+        reason, target, code = 'the write failed', None, errno.EFBIG if _file_size_limit() is not None else None
     else:
         return
-    _remove_partial_checkpoints(folder, started)
     try:
-        free = shutil.disk_usage(folder).free
-        room = (f'{free / 2 ** 20:.1f} MiB free there' if free >= 2 ** 20
-                else f'its file system is full ({free} bytes free)')
-    except OSError:
-        room = 'the folder cannot be read'
+        _remove_partial_checkpoints(folder, started)
+    except OSError:  # a file system that turned read-only keeps them; the message below still says why
+        pass
+    room = _room(folder, code)
     last = os.path.join(folder, 'last.pth.tar')
     resume = (f'; the last finished epoch is in {last} (continue with --resume {last} once there is room)'
               if os.path.exists(last) else '')
     raise OutputWriteError(f'cannot write {target or "a checkpoint"} in the output folder {os.path.abspath(folder)}: '
                            f'{reason}, {room}{resume}') from None
+
+
+def _file_size_limit() -> Optional[int]:
+    """ This process's file-size limit in bytes (`ulimit -f`), None when there is none. """
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _room(folder: str, code: Optional[int]) -> str:
+    """ What limited the write: a file-size limit (EFBIG), else the room left on the folder's file system. """
+    if code == errno.EFBIG:
+        limit = _file_size_limit()
+        return (f'a file may not exceed this process\'s file-size limit of {limit:,} bytes (ulimit -f)'
+                if limit is not None else 'the file exceeds the largest file its file system allows')
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return 'the folder cannot be read'
+    return f'{free / 2 ** 20:.1f} MiB free there' if free >= 2 ** 20 else f'its file system is full ({free} bytes free)'
 
 
 def _remove_partial_checkpoints(folder: str, since: float) -> None:
@@ -78,14 +103,17 @@ def _content(path: str) -> List[str]:
 def output_dir(args: argparse.Namespace) -> Tuple[str, bool]:
     """ Decide the output folder; returns (path, continuing) and refuses to write into a used folder. """
     root = args.output or './output/train'
-    resume_dir = os.path.dirname(os.path.abspath(resume_path(args.resume))) if args.resume else None
+    # the folder of the run the checkpoint belongs to, by its real path (a link elsewhere is followed to it); a
+    # checkpoint of another name is a start point, not a run to continue in its folder
+    resume_dir = os.path.dirname(resume_file(args.resume)) if args.resume and continues_in_folder(args.resume) \
+        else None
     if args.experiment:
         path = os.path.join(root, args.experiment)
     elif resume_dir is not None:
         path = resume_dir  # continue in the folder of the checkpoint
     else:
         path = os.path.join(root, '-'.join([datetime.now().strftime('%Y%m%d-%H%M%S'), args.model.replace('/', '_')]))
-    continuing = resume_dir is not None and os.path.abspath(path) == resume_dir
+    continuing = resume_dir is not None and os.path.realpath(path) == resume_dir
     _check_writable_folder(path, args.output)
     _refuse_used(path, continuing, args.overwrite)
     return path, continuing
@@ -100,70 +128,61 @@ def _refuse_used(path: str, continuing: bool, overwrite: bool) -> None:
                           f'--overwrite to replace its files, or another --experiment')
 
 
-def _process_start(pid: int) -> str:
-    """ When process `pid` started (clock ticks since boot, from /proc), '' where that is not known: with the pid it
-    names one process, even after the pid is reused. """
+class _Replaced(Exception):
+    """ The lock file was removed (by its releasing owner) between our open and our lock: lock the new one. """
+
+
+def _write_owner(lock: str) -> Callable[[int], None]:
+    """ `filelock`'s on_acquired: check the locked file is still the one at `lock` (a releasing owner removes it
+    while it holds it), then write who holds it, for the message a second run gets. """
+    def write(fd: int) -> None:
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise _Replaced(lock)
+        os.ftruncate(fd, 0)
+        os.write(fd, f'{socket.gethostname()} {os.getpid()}'.encode())
+    return write
+
+
+def _lock_owner(lock: str) -> str:
+    """ 'process PID on HOST' as the lock file says, '' where it cannot be read. """
     try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[19]
-    except (OSError, IndexError):
+        with open(lock) as f:
+            host, pid = (f.read().split() + ['', ''])[:2]
+    except OSError:
         return ''
-
-
-def _lock_owner_alive(text: str) -> bool:
-    host, pid, start = (text.split() + ['', '', ''])[:3]
-    if host != socket.gethostname() or not pid.isdigit():
-        return bool(host)  # another machine's run (a shared file system): assumed alive
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, another user's
-    return not start or _process_start(int(pid)) in ('', start)
+    return f'process {pid} on {host}' if host and pid.isdigit() else ''
 
 
 def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[str]:
-    """ Make `path` and claim it for this run with an exclusively created lock file, so that of two runs started
-    into one folder exactly one goes on; a lock left by a process that is gone is taken over. The folder is checked
-    again once claimed (another run may have filled it since `output_dir`). Returns the outermost folder made. """
+    """ Make `path` and claim it for this run with an OS lock on its lock file (`filelock`: flock, which the kernel
+    releases when the process ends however it ends, so no lock outlives its run), so that of two runs started into
+    one folder exactly one goes on. The folder is checked again once claimed (another run may have filled it since
+    `output_dir`). Returns the outermost folder made. """
     created = first_missing(path)
-    lock = os.path.join(path, LOCK_NAME)
-    me = f'{socket.gethostname()} {os.getpid()} {_process_start(os.getpid())}'
-    for _ in range(2):
+    lock_path = os.path.join(path, LOCK_NAME)
+    for _ in range(3):
         try:
             os.makedirs(path, exist_ok=True)
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                with open(lock) as f:
-                    owner = f.read()
-            except FileNotFoundError:
-                continue  # released meanwhile
-            if _lock_owner_alive(owner):
-                host, pid = (owner.split() + ['?', '?'])[:2]
-                raise ConfigError(f'output folder {os.path.abspath(path)} is in use by another run (process {pid} '
-                                  f'on {host}); wait for it to finish, or choose another --experiment') from None
-            try:  # the owner is gone: its lock goes aside (only one of several takers can move it), then retry
-                os.replace(lock, f'{lock}.stale-{os.getpid()}')
-                os.remove(f'{lock}.stale-{os.getpid()}')
-            except FileNotFoundError:
-                pass
-            continue
+            lock = FileLock(lock_path, timeout=0, on_acquired=_write_owner(lock_path))
+            lock.acquire()
+        except _Replaced:
+            continue  # released meanwhile: lock the file now in place
+        except Timeout:
+            owner = f' ({_lock_owner(lock_path)})' if _lock_owner(lock_path) else ''
+            raise ConfigError(f'output folder {os.path.abspath(path)} is in use by another run{owner}, which holds '
+                              f'its lock file {os.path.abspath(lock_path)}; wait for it to finish, or choose another '
+                              f'--experiment') from None
         except OSError as e:
             # what the permission check before cannot foresee: a read-only or full file system, a pseudo file
             # system such as /proc; the folders made here go again
             _remove_empty_folders(path, created)
             raise ConfigError(f'cannot create the output folder {os.path.abspath(path)}: '
                               f'{e.strerror or e}; choose another --output') from None
-        try:
-            with os.fdopen(fd, 'w') as f:
-                f.write(me)
-        except OSError as e:
-            os.remove(lock)
-            _remove_empty_folders(path, created)
-            raise ConfigError(f'cannot write in the output folder {os.path.abspath(path)}: '
-                              f'{e.strerror or e}; choose another --output') from None
+        _HELD[os.path.abspath(path)] = lock
         break
     else:
         raise ConfigError(f'output folder {os.path.abspath(path)} is being claimed by another run; try again')
@@ -179,14 +198,19 @@ def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[s
 
 
 def release_output_dir(path: str) -> None:
-    """ Remove this process's lock from `path` (a lock of another process is left alone). """
-    lock = os.path.join(path, LOCK_NAME)
+    """ Release this process's lock on `path` and remove its lock file (removed while still held, so a run that
+    opened it meanwhile sees it replaced and locks anew); a lock of another process is left alone. A file system
+    that no longer lets the file go (read-only since) keeps it: the lock itself ends with the process. """
+    lock = _HELD.pop(os.path.abspath(path), None)
+    if lock is None:
+        return
     try:
-        with open(lock) as f:
-            mine = f.read().split()[1:2] == [str(os.getpid())]
-        if mine:
-            os.remove(lock)
-    except (FileNotFoundError, IndexError):
+        os.remove(os.path.join(path, LOCK_NAME))
+    except OSError:
+        pass
+    try:
+        lock.release()
+    except OSError:
         pass
 
 

@@ -1,0 +1,190 @@
+""" `--resume` checks what it restores before any work: a training checkpoint (not weights alone), an epoch in the run's
+range, the optimizer's kind, groups and hyperparameters (every option that shapes the optimizer, changed), the
+logged columns; the run folder is the checkpoint's by real path; a new --lr is said and recorded. """
+import csv
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from timm_structinit import train as train_mod
+
+TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
+        'patch_size=8']
+RUN = [*TINY, '--dataset', 'sklearn/digits', '--val-split', 'test', '--train-subset', '32', '--val-subset', '20',
+       '--opt', 'sgd', '--lr', '0.01', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '16',
+       '--log-interval', '1000', '--epochs', '2']
+
+
+def run_main(argv, capsys):
+    code = train_mod.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture(scope='module')
+def first_epoch(tmp_path_factory):
+    """ A run stopped after its first epoch (epochs 1 of 2), copied fresh for each test. """
+    out = tmp_path_factory.mktemp('runs')
+    assert train_mod.main([*RUN, '--epochs', '1', '--output', str(out), '--experiment', 'a']) == 0
+    return out / 'a'
+
+
+@pytest.fixture
+def run_dir(first_epoch, tmp_path):
+    import shutil
+    target = tmp_path / 'runs' / 'a'
+    shutil.copytree(first_epoch, target)
+    return target
+
+
+def snapshot(folder: Path):
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.is_symlink()}
+
+
+# every option that shapes the optimizer, changed: (options, a word the refusal names)
+OPTIMIZER_CHANGES = [
+    (['--opt', 'adamw'], 'adamw'),
+    (['--opt', 'lookahead_sgd'], 'lookahead'),
+    (['--momentum', '0.5'], 'momentum'),
+    (['--weight-decay', '0.05'], 'weight_decay'),
+    (['--weight-decay', '0'], 'group'),  # one group instead of decay / no-decay
+    (['--layer-decay', '0.7'], 'group'),
+    (['--opt-kwargs', 'nesterov=False'], 'nesterov'),  # timm's sgd is Nesterov's
+    (['--opt', 'momentum'], 'momentum'),
+    (['--opt-kwargs', 'maximize=True'], 'maximize'),
+    (['--opt-eps', '1e-6', '--opt', 'adamw'], 'adamw'),
+]
+
+
+@pytest.mark.parametrize('change,named', OPTIMIZER_CHANGES)
+def test_every_optimizer_shaping_option_changed_is_refused_before_any_work(run_dir, change, named, capsys):
+    before = snapshot(run_dir)
+    code, out, err = run_main([*RUN, *change, '--resume', run_dir], capsys)
+    line = one_line(err)
+    assert code == 2 and named in line and '--no-resume-opt' in line, line
+    assert snapshot(run_dir) == before  # nothing written, summary.csv included
+    assert 'Model ' not in out  # refused before the data and the model
+
+
+@pytest.mark.parametrize('change,named', [(['embed_dim=32'], 'embed_dim'), (['depth=2'], 'missing'),
+                                          (['num_classes=5'], 'head')])
+def test_weights_of_another_shape_are_refused_before_the_data(run_dir, change, named, capsys, monkeypatch):
+    def no_data(args):
+        raise AssertionError('the data was read')
+    monkeypatch.setattr(train_mod, 'build_datasets', no_data)
+    before = snapshot(run_dir)
+    i = RUN.index('--model-kwargs')
+    argv = [*RUN[:i + 1], *[a for a in RUN[i + 1:i + 5] if a.split('=')[0] not in {c.split('=')[0] for c in change}],
+            *change, *RUN[i + 5:], '--resume', run_dir]
+    code, out, err = run_main(argv, capsys)
+    line = one_line(err)
+    assert code == 2 and named in line and 'does not fit' in line, line
+    assert snapshot(run_dir) == before
+
+
+def test_no_resume_opt_is_the_way_out(run_dir, capsys):
+    code, out, err = run_main([*RUN, '--opt', 'adamw', '--no-resume-opt', '--resume', run_dir], capsys)
+    assert code == 0, err
+    assert [r['epoch'] for r in csv.DictReader(open(run_dir / 'summary.csv'))] == ['0', '1']
+
+
+def test_a_new_lr_is_taken_said_and_recorded(run_dir, capsys, caplog):
+    code, out, err = run_main([*RUN[:RUN.index('--lr')], *RUN[RUN.index('--lr') + 2:], '--lr', '0.05', '--resume',
+                               run_dir], capsys)
+    assert code == 0, err
+    assert 'Learning rate 0.05 replaces the checkpoint\'s 0.01' in caplog.text
+    assert yaml.safe_load((run_dir / 'args.yaml').read_text())['lr'] == 0.05
+    rows = list(csv.DictReader(open(run_dir / 'summary.csv')))
+    # timm's cosine schedule over 2 epochs is at half its base rate in the second: 0.05 / 2, not 0.01 / 2
+    assert float(rows[1]['lr']) == pytest.approx(0.025)
+
+
+@pytest.mark.parametrize('epoch', [-5, 7])
+def test_an_epoch_outside_the_run_is_refused_and_the_summary_kept(run_dir, epoch, capsys):
+    ckpt = torch.load(run_dir / 'last.pth.tar', weights_only=False)
+    ckpt['epoch'] = epoch
+    torch.save(ckpt, run_dir / 'last.pth.tar')
+    before = snapshot(run_dir)
+    code, out, err = run_main([*RUN, '--resume', run_dir], capsys)
+    line = one_line(err)
+    assert code == 2 and f'epoch {epoch}' in line, line
+    assert snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize('flags,named', [(['--model-ema'], 'without EMA columns')])
+def test_logged_columns_must_match(run_dir, flags, named, capsys):
+    before = snapshot(run_dir)
+    code, out, err = run_main([*RUN, *flags, '--resume', run_dir], capsys)
+    line = one_line(err)
+    assert code == 2 and named in line and '--experiment' in line, line
+    assert snapshot(run_dir) == before
+
+
+def test_the_ema_into_a_new_folder_is_fine(run_dir, tmp_path, capsys):
+    code, out, err = run_main([*RUN, '--model-ema', '--resume', run_dir, '--output', tmp_path / 'new',
+                               '--experiment', 'b'], capsys)
+    assert code == 0, err
+    header = (tmp_path / 'new' / 'b' / 'summary.csv').read_text().splitlines()[0]
+    assert 'eval_ema_top1' in header
+
+
+def test_a_plain_state_dict_is_not_a_run_to_continue(run_dir, tmp_path, capsys):
+    weights = tmp_path / 'weights.pth'
+    torch.save(torch.load(run_dir / 'last.pth.tar', weights_only=False)['state_dict'], weights)
+    code, out, err = run_main([*RUN, '--resume', weights, '--output', tmp_path / 'o'], capsys)
+    line = one_line(err)
+    assert code == 2 and 'state dict' in line and '--initial-checkpoint' in line, line
+    assert not (tmp_path / 'o').exists()
+
+
+def test_a_link_to_a_checkpoint_continues_in_the_run_of_its_target(run_dir, tmp_path, capsys, monkeypatch):
+    """ `--resume latest.pth.tar`, a link in a working folder that holds another run's files: the run goes on in
+    the checkpoint's own folder, and the working folder is left as it was. """
+    work = tmp_path / 'work'
+    work.mkdir()
+    (work / 'summary.csv').write_text('epoch,train_loss\n0,1.0\n1,0.9\n2,0.8\n')
+    (work / 'model_best.pth.tar').write_bytes(b'another run')
+    (work / 'last.pth.tar').symlink_to(run_dir / 'last.pth.tar')
+    before = snapshot(work)
+    monkeypatch.chdir(work)
+    code, out, err = run_main([*RUN, '--resume', 'last.pth.tar'], capsys)
+    assert code == 0, err
+    assert snapshot(work) == before
+    assert [r['epoch'] for r in csv.DictReader(open(run_dir / 'summary.csv'))] == ['0', '1']
+    assert str(run_dir) in out
+
+
+def test_a_renamed_checkpoint_starts_a_new_folder(run_dir, tmp_path, capsys):
+    """ A checkpoint under a name no run writes is a start point: its folder, holding other files, is left alone. """
+    keep = tmp_path / 'keep'
+    keep.mkdir()
+    (keep / 'summary.csv').write_text('epoch,train_loss\n0,1.0\n')
+    os.link(run_dir / 'last.pth.tar', keep / 'mine.pth.tar')
+    before = snapshot(keep)
+    code, out, err = run_main([*RUN, '--resume', keep / 'mine.pth.tar', '--output', tmp_path / 'o'], capsys)
+    assert code == 0, err
+    assert snapshot(keep) == before
+    assert len(list((tmp_path / 'o').iterdir())) == 1
+
+
+def test_whatever_torch_load_raises_while_restoring_is_one_line(run_dir, capsys, monkeypatch):
+    """ A checkpoint whose index reads but whose tensors do not: torch's own error, of a type nobody listed. """
+    import pickle
+
+    def damaged(*args, **kwargs):
+        raise pickle.UnpicklingError('invalid load key, \'\\x00\'.')
+    monkeypatch.setattr(train_mod, 'resume_checkpoint', damaged)
+    before = snapshot(run_dir)
+    code, out, err = run_main([*RUN, '--resume', run_dir], capsys)
+    line = one_line(err)
+    assert code == 2 and 'UnpicklingError' in line and '--resume' in line, line
+    assert snapshot(run_dir) == before
