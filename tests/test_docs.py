@@ -174,6 +174,7 @@ NOT_RUN = (
     (r'benchmarks/compare_inits\.py', 'hours of training; the benchmark is checked by its own runs'),
     (r'benchmarks/mutations\.py', 'runs the init tests once per planted bug (minutes); its committed result is '
                                  'benchmarks/results/mutations.txt'),
+    (r'--device cuda', 'needs a CUDA GPU; benchmarks/gpu/run.sh runs it there'),
     (r'benchmarks/gpu/', 'packs data and trains on a GPU machine (minutes of a GPU); tests/test_compare_inits.py '
                          'checks the protocol'),
     (r'--data-dir data/cifar100', 'downloads CIFAR-100 (the 2025 recipes fetch their data); tests/test_recipes.py '

@@ -93,7 +93,10 @@ def test_nothing_shipped_names_a_local_path():
 @pytest.mark.parametrize('name', [n for n in list_recipes() if n != 'digits'])
 def test_no_recipe_names_a_data_folder_and_the_error_says_to_pass_one(name, tmp_path, monkeypatch):
     assert 'data_dir' not in yaml.safe_load(recipe_path(name).read_text()), name
-    monkeypatch.setenv('WORLD_SIZE', '16')  # the ImageNet recipes repeat augmentations across processes
+    # the ImageNet recipes repeat augmentations across processes: checked as one process of a torchrun would be
+    for key, value in dict(WORLD_SIZE='16', RANK='0', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',
+                           MASTER_PORT='29500').items():
+        monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(train_mod.ConfigError, match=r'needs --data-dir DIR: the folder'):
         train_mod.check_args(train_mod.parse_args(['-c', name]))
