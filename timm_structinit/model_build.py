@@ -133,7 +133,7 @@ def hub_unreachable(timeout: float = 3.0) -> Optional[str]:
     retries. Any HTTP answer, an error status included, means reachable: what the Hub then says is the download's. """
     from huggingface_hub import constants
     from huggingface_hub.utils import get_session
-    from .cli import error_line
+    from .command_line import error_line
     if hub_offline():
         return 'huggingface_hub is in offline mode (HF_HUB_OFFLINE is set)'
     host = urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT

@@ -29,7 +29,7 @@ from timm.utils import (
     CheckpointSaver, ModelEmaV3, init_distributed_device, trim_summary, unwrap_model, update_summary,
 )
 
-from ..cli import error_line, output_closed
+from ..command_line import error_line, output_closed
 from ..data import DataError, ImageReadError
 from ..mass_tracking import TargetMassTracker, mass_columns
 from ..seeds import seed_everything
