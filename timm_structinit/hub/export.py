@@ -35,8 +35,6 @@ _logger = logging.getLogger(__name__)
 PathLike = Union[str, os.PathLike]
 # what an export folder holds, in the order a dry run lists it
 EXPORT_FILES = ('config.json', 'model.safetensors', 'README.md')
-
-
 # training arguments a card lists as the recipe: none names a local folder or holds a credential
 _RECIPE_KEYS = (
     'train_split', 'val_split', 'train_subset', 'val_subset', 'model', 'model_kwargs', 'num_classes', 'img_size',

@@ -57,14 +57,8 @@ def pseudo_input(grid_size: Tuple[int, int], embed_dim: int, dtype: torch.dtype 
 
 
 _POSITIVE = {'range': (1e-12, float('inf'))}
-
-
 PSEUDO_INPUTS = ('sincos', 'pos_embed')
-
-
 CONTENT_MODES = ('ignore', 'orthogonal')
-
-
 LAYER_INPUTS = ('same', 'propagated')
 
 

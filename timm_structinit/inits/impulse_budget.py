@@ -9,14 +9,10 @@ from ..pos_embed import sincos_pos_embed
 from .impulse_solvers import solve_cost
 
 __all__ = ['impulse_solve_cost', 'check_solve_budget', 'SOLVE_MEMORY_BUDGET', 'SOLVE_WORK_BUDGET']
-
-
 # What an impulse solve may take before the init refuses the grid: the solve's work grows with the square of the
 # token count (every head's N x N map), so a large img_size or a small patch_size can ask for hours or terabytes.
 # Fixed numbers, not a share of this machine, so that a model builds or not the same way everywhere.
 SOLVE_MEMORY_BUDGET = 4 * 2 ** 30   # bytes
-
-
 SOLVE_WORK_BUDGET = 2e12            # multiply-adds: about a minute on one loaded core of the machine it was measured on
 
 

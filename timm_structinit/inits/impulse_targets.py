@@ -14,11 +14,7 @@ __all__ = ['window_offsets', 'fixed_order', 'draw_offsets', 'draw_offsets_cycled
 
 
 OFFSET_POLICIES = ('distinct', 'random', 'fixed')
-
-
 BORDERS = ('zero', 'circular')
-
-
 # sign pattern (sign dy, sign dx) -> rank: centre, up, right, left, down, then the diagonals row-major. Sorting a
 # 3x3 window by distance then this rank gives the 2025 paper's order 4, 1, 5, 3, 7, 0, 2, 6, 8.
 _DIRECTION_RANK = {(0, 0): 0, (-1, 0): 1, (0, 1): 2, (0, -1): 3, (1, 0): 4, (-1, -1): 5, (-1, 1): 6, (1, -1): 7, (1, 1): 8}
