@@ -1,15 +1,15 @@
 """ Datasets for the training entry point: timm's factory plus the few sources it lacks, with strict split checks.
 
 * ImageFolder directories (`dataset=''`) are read by timm's ImageDataset (see `CheckedImageDataset`, in
-  `image_folder`); `torch/cifar10`,
-  `torch/cifar100` and the other `torch/` names go through `timm.data.create_dataset`. Split folders are resolved
-  here first: timm falls back to the whole root when a split folder is missing, which would evaluate on training
-  images, so a missing split is refused, and so is a class folder without images (timm would drop the class).
+  `image_folder`); `torch/cifar10`, `torch/cifar100` and the other `torch/` names go through
+  `timm.data.create_dataset`. Split folders are resolved first (`splits`): timm falls back to the whole root when a
+  split folder is missing, which would evaluate on training images, so a missing split is refused, and so is a
+  class folder without images (timm would drop the class).
 * `torch/svhn` (or `svhn`), `torch/food101`, `torch/stl10`, `torch/flowers102`, `torch/oxford_iiit_pet`:
   torchvision datasets timm's factory does not cover (`torchvision_data`), each with its own splits.
-* `sklearn/digits` (`digits`): scikit-learn's bundled handwritten digits (1,797 real 8x8 grayscale images, 10 classes), which
-  needs no download. A fixed stratified split gives 1,347 training and 450 test images; images are upscaled to
-  the model's input size and repeated to 3 channels (or kept gray for 1-channel models).
+* `sklearn/digits` (`digits`): scikit-learn's bundled handwritten digits (1,797 real 8x8 grayscale images, 10
+  classes), which needs no download. A fixed stratified split gives 1,347 training and 450 test images; images are
+  upscaled to the model's input size and repeated to 3 channels (or kept gray for 1-channel models).
 * `CheckedImageDataset`: timm's ImageDataset, except that an unreadable image stops the run naming its file
   (timm logs a warning and silently serves the next image instead), an image with more than 8 bits per sample
   (16-bit PNG or TIFF) is scaled to 8 bits instead of clipped to white, and a file reached twice through directory
