@@ -161,8 +161,8 @@ MUTATIONS = [
          'num_updates = max(run.start_epoch - 1, 0) * updates_in('),),
         RESUME_TESTS),
     Mutation('clip-grad-ignored', "--clip-grad never applied", (
-        ('train/loop.py', '                    if args.clip_grad is not None:\n',
-         '                    if False:\n'),),
+        ('train/loop.py', '            if args.clip_grad is not None:\n',
+         '            if False:\n'),),
         RESUME_TESTS),
 ]
 

@@ -6,7 +6,7 @@ from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'timm_structinit'
 # the commands' own modules: what they hold is the command's, and what two parts share lives below them
-COMMAND_MODULES = {'timm_structinit.cli': (), 'timm_structinit.train.__main__': ()}
+COMMAND_MODULES = ('timm_structinit.cli', 'timm_structinit.train.__main__')
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -92,3 +92,21 @@ def test_no_module_imports_a_command_module():
     wrong = sorted(f'{name} imports {command}' for name, imported in graph.items() for command in COMMAND_MODULES
                    if command in imported and name != command and name not in _parents(command))
     assert wrong == []
+
+
+def test_no_module_over_the_line_limit():
+    long = sorted(f'{name}: {len(path.read_text().splitlines())} lines' for name, path in _modules().items()
+                  if len(path.read_text().splitlines()) > MAX_MODULE_LINES)
+    assert long == []
+
+
+def test_no_function_over_the_line_limit():
+    """ Lines from a function's first decorator to its last line, docstring included. """
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if node.end_lineno - start + 1 > MAX_FUNCTION_LINES:
+                    long.append(f'{name}.{node.name}: {node.end_lineno - start + 1} lines')
+    assert sorted(long) == []

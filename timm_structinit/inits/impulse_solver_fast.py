@@ -231,15 +231,7 @@ def solve_fast(
     returned weights meet the cap exactly.
     """
     iters = iters or fast_evaluations(x.shape[-1], x.shape[-2])
-    if reuse_solutions:
-        unique, inverse = torch.unique(targets, dim=0, return_inverse=True)
-    else:
-        unique, inverse = targets, torch.arange(targets.shape[0])
-    solved, source, flipped, features = unique, torch.arange(unique.shape[0]), None, None
-    symmetry = _grid_transpose(x) if reuse_solutions else None
-    if symmetry is not None:
-        tokens, features = symmetry
-        solved, source, flipped = _transpose_pairs(unique, tokens)
+    solved, inverse, source, flipped, features = _solves(x, targets, reuse_solutions)
     count = solved.shape[0]
     wq, wk = _uniform_start(count, x.shape[-1], head_dim, num_heads, generator)
     nq = wq.norm(dim=-2).mean()  # as the reference: the mean initial column norm over the batch's starts
@@ -258,6 +250,22 @@ def solve_fast(
         wq, wk = (w.gather(-1, perm.unsqueeze(1).expand_as(w)) * signs for w in (wq, wk))
     info = {key: value[source][inverse] for key, value in stats.items()}
     return wq, wk, dict(info, nq=[float(nq)], iters=iters, solves=count, warm_start=warm_start)
+
+
+def _solves(x: torch.Tensor, targets: torch.Tensor, reuse_solutions: bool):
+    """ The targets to solve and how each head's target maps to them: (solved, for each head its distinct target,
+    for each distinct target its solve, whether that solve is its grid transpose or None, the features a transpose
+    swaps or None). Without `reuse_solutions` every head is solved on its own. """
+    if reuse_solutions:
+        unique, inverse = torch.unique(targets, dim=0, return_inverse=True)
+    else:
+        unique, inverse = targets, torch.arange(targets.shape[0])
+    solved, source, flipped, features = unique, torch.arange(unique.shape[0]), None, None
+    symmetry = _grid_transpose(x) if reuse_solutions else None
+    if symmetry is not None:
+        tokens, features = symmetry
+        solved, source, flipped = _transpose_pairs(unique, tokens)
+    return solved, inverse, source, flipped, features
 
 
 def _grid_transpose(x: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
