@@ -185,10 +185,8 @@ def fast_evaluations(dim: int, tokens: int) -> int:
     (1 + 64 / N), so 12 on ViT-T's 16 x 16 grid, 13 on 14 x 14, 20 on an 8 x 8 one, 25 for ViT-S on 16 x 16, 53 for
     ViT-B on 14 x 14. Under the cap the logits can grow with the width (the pseudo input's rows have norm sqrt(D),
     W_k has D rows of norm nq), the maps get sharper and the problem stiffer; a small grid, more of it border, is
-    stiffer too. Measured from the closed-form warm start (3x3 offsets, seed 0), against the reference's 10,000
-    Adam steps: objective 0.00187 against 0.00207 on ViT-T's 16 x 16 grid (25 evaluations from the random start
-    alone: 0.00175), 0.00028 against 0.00040 for ViT-S, 0.0046 against 0.0063 at width 128 on 8 x 8, every argmax on
-    its target. """
+    stiffer too. At these counts the solve reaches a lower objective than the reference's 10,000 Adam steps, every
+    argmax on its target (docs/benchmarks.md, `benchmarks/impulse_solver.py`). """
     return round(10 * max(1.0, dim / 192) * (1 + 64 / tokens))
 
 
