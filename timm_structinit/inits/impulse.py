@@ -46,6 +46,7 @@ __all__ = [
     'OFFSET_POLICIES', 'BORDERS', 'IMPULSE2025', 'SOLVE_MEMORY_BUDGET', 'SOLVE_WORK_BUDGET',
 ]
 
+
 def pseudo_input(grid_size: Tuple[int, int], embed_dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """ LayerNorm (no affine, eps 1e-5) of the grid's sin-cos table: (H * W, D), the 2024 impulse pseudo input.
 

@@ -19,6 +19,7 @@ from .output import plot_summary, writing_output
 
 __all__ = ['Run', 'run_epochs', 'finish_run', 'updates_in']
 
+
 @dataclass
 class Run:
     """ What the epochs of a run work with; the output fields are set on the primary process only. """
@@ -136,7 +137,7 @@ def _save_epoch(run: Run, epoch: int, train_metrics: Dict[str, float], eval_metr
 
 def _stopped(run: Run, epoch: int, interrupted: Optional[BaseException]) -> None:
     """ A run stopped in `epoch`: an interrupt (Ctrl-C, SIGTERM, SIGHUP) says what there is to resume, unless another
-    process's failure stopped it (that one's line is printed instead); `_train` removes what a new run left. """
+    process's failure stopped it (that one's line is printed instead); `training_run` removes what a new run left. """
     if not run.primary or interrupted is None or (run.args.distributed and posted_failure(wait=1.0) is not None):
         return
     interrupted.reported = True

@@ -83,8 +83,8 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
         else:
             lr_scheduler.step(start_epoch)
     run = Run(args, device, model, model_ema, optimizer, amp_autocast, loss_scaler, (loader_train, loader_eval),
-               mixup, loss_fn, lr_scheduler, start_epoch, num_epochs, out, continuing, created,
-               lr_replaced=lr_replaced)
+              mixup, loss_fn, lr_scheduler, start_epoch, num_epochs, out, continuing, created,
+              lr_replaced=lr_replaced)
     if primary:
         _open_output(run, dataset_eval, eval_options)
     history, eval_metrics = run_epochs(run)
