@@ -91,10 +91,10 @@ MUTATIONS = [
          '    w[dim:2 * dim].copy_(wq.transpose(1, 2).reshape(dim, dim))\n    w[:dim].copy_(wk')),
         BOTH_TESTS),
     Mutation('no-logit-scale', "impulse maps solved and recorded without timm's 1/sqrt(head_dim) logit scale", (
-        ('inits/impulse_solvers.py', 'scale = wq.shape[-1] ** -0.5\n', 'scale = 1.0\n'),
-        ('inits/impulse_solvers.py', 'queries, keys = (x @ wq) * wq.shape[-1] ** -0.5, x @ wk',
+        ('inits/impulse_maps.py', 'scale = wq.shape[-1] ** -0.5\n', 'scale = 1.0\n'),
+        ('inits/impulse_maps.py', 'queries, keys = (x @ wq) * wq.shape[-1] ** -0.5, x @ wk',
          'queries, keys = (x @ wq), x @ wk'),
-        ('inits/impulse_solvers.py', '_capped_value_and_grad(self.y, targets, wq.shape[-1] ** -0.5)',
+        ('inits/impulse_solver_fast.py', '_capped_value_and_grad(self.y, targets, wq.shape[-1] ** -0.5)',
          '_capped_value_and_grad(self.y, targets, 1.0)')),
         IMPULSE_TESTS),
     Mutation('impulse-not-written', "the solved impulse Q/K are never written to the model", (
@@ -109,7 +109,7 @@ MUTATIONS = [
          "'target_mass': per_layer(2 * info['target_mass'])"),),
         IMPULSE_TESTS),
     Mutation('record-objective', "the record's objective counts the target term once, not twice (A^2 - A_t + 1)", (
-        ('inits/impulse_solvers.py', "'objective': (square - 2 * mass + count) / (n * n)",
+        ('inits/impulse_maps.py', "'objective': (square - 2 * mass + count) / (n * n)",
          "'objective': (square - mass + count) / (n * n)"),),
         IMPULSE_TESTS),
     Mutation('pseudo-input-no-layernorm', "the pseudo input is the raw position table, without LayerNorm", (
@@ -121,21 +121,21 @@ MUTATIONS = [
          "table = table[:table.shape[0] - getattr(model, 'num_prefix_tokens', 0)]"),),
         IMPULSE_TESTS),
     Mutation('target-reversed', "impulse target sends query (r, c) to (r - dy, c - dx)", (
-        ('inits/impulse.py', 'key_r, key_c = rows + dy, cols + dx', 'key_r, key_c = rows - dy, cols - dx'),),
+        ('inits/impulse_targets.py', 'key_r, key_c = rows + dy, cols + dx', 'key_r, key_c = rows - dy, cols - dx'),),
         IMPULSE_TESTS),
     Mutation('offsets-not-drawn', "offsets='distinct' takes the first heads of the window instead of a random draw", (
-        ('inits/impulse.py', 'index = torch.randperm(len(window), generator=generator)[:num_heads].tolist()',
+        ('inits/impulse_targets.py', 'index = torch.randperm(len(window), generator=generator)[:num_heads].tolist()',
          'index = list(range(num_heads))'),),
         IMPULSE_TESTS),
     Mutation('offsets-with-replacement', "offsets='distinct' draws with replacement", (
-        ('inits/impulse.py', 'index = torch.randperm(len(window), generator=generator)[:num_heads].tolist()',
+        ('inits/impulse_targets.py', 'index = torch.randperm(len(window), generator=generator)[:num_heads].tolist()',
          'index = torch.randint(0, len(window), (num_heads,), generator=generator).tolist()'),),
         IMPULSE_TESTS),
     Mutation('window-too-wide', "the f x f window's offsets shifted (half = f // 2 + 1)", (
-        ('inits/impulse.py', '    half = kernel_size // 2\n', '    half = kernel_size // 2 + 1\n'),),
+        ('inits/impulse_targets.py', '    half = kernel_size // 2\n', '    half = kernel_size // 2 + 1\n'),),
         IMPULSE_TESTS),
     Mutation('fixed-order', "the 2025 fixed order takes left before right (4, 1, 3, 5, ...)", (
-        ('inits/impulse.py', '(0, 1): 2, (0, -1): 3', '(0, 1): 3, (0, -1): 2'),),
+        ('inits/impulse_targets.py', '(0, 1): 2, (0, -1): 3', '(0, 1): 3, (0, -1): 2'),),
         IMPULSE_TESTS),
     Mutation('factor-norm', "the 2025 factors at Frobenius norm 5 instead of 7", (
         ('inits/impulse.py', 'factor_norm: float = field(default=7.0', 'factor_norm: float = field(default=5.0'),),
@@ -147,22 +147,22 @@ MUTATIONS = [
          "            mimetic_vproj_init_(attns, MimeticCfg(vproj_sign=1), generator)\n"),),
         IMPULSE_TESTS),
     Mutation('resume-no-optimizer', "resume never restores the optimizer state", (
-        ('train/__init__.py', 'optimizer=None if args.no_resume_opt else optimizer', 'optimizer=None'),),
+        ('train/training_run.py', 'optimizer=None if args.no_resume_opt else optimizer', 'optimizer=None'),),
         RESUME_TESTS),
     Mutation('resume-always-optimizer', "--no-resume-opt ignored: the optimizer state restored all the same", (
-        ('train/__init__.py', 'optimizer=None if args.no_resume_opt else optimizer', 'optimizer=optimizer'),),
+        ('train/training_run.py', 'optimizer=None if args.no_resume_opt else optimizer', 'optimizer=optimizer'),),
         RESUME_TESTS),
     Mutation('resume-epoch-off-by-one', "a resumed run starts one epoch later than the checkpoint's next epoch", (
-        ('train/__init__.py', 'loss_scaler=loss_scaler, log_info=primary) or 0',
+        ('train/training_run.py', 'loss_scaler=loss_scaler, log_info=primary) or 0',
          'loss_scaler=loss_scaler, log_info=primary) + 1 or 0'),),
         RESUME_TESTS),
     Mutation('resume-updates-off-by-one', "a resumed run counts one epoch fewer of updates (--sched-on-updates)", (
-        ('train/__init__.py', 'num_updates = run.start_epoch * updates_in(',
+        ('train/epochs.py', 'num_updates = run.start_epoch * updates_in(',
          'num_updates = max(run.start_epoch - 1, 0) * updates_in('),),
         RESUME_TESTS),
     Mutation('clip-grad-ignored', "--clip-grad never applied", (
-        ('train/loop.py', '                    if args.clip_grad is not None:\n',
-         '                    if False:\n'),),
+        ('train/loop.py', '            if args.clip_grad is not None:\n',
+         '            if False:\n'),),
         RESUME_TESTS),
 ]
 

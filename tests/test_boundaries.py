@@ -20,7 +20,7 @@ import timm_structinit
 from timm_structinit import cli
 from timm_structinit import train as train_mod
 from timm_structinit.data import DataError, ImageReadError, build_dataset, folder_dataset, named_item_reads
-from timm_structinit.train import output as output_mod
+from timm_structinit.train import epochs as epochs_mod, output as output_mod
 
 TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
         'patch_size=8']
@@ -321,7 +321,7 @@ def test_a_fifo_is_not_opened_by_the_image_reader(tmp_path):
 def test_out_of_memory_during_the_work_is_one_line(error, tmp_path, capsys, monkeypatch):
     def fail(*args, **kwargs):
         raise error
-    monkeypatch.setattr(train_mod, 'train_one_epoch', fail)
+    monkeypatch.setattr(epochs_mod, 'train_one_epoch', fail)
     line = refused([*TINY, *DIGITS, *FAST, '--output', tmp_path / 'o'], capsys, 1, 'out of memory', '--batch-size')
     assert 'allocator text' not in line
     assert not (tmp_path / 'o').exists() or not any((tmp_path / 'o').rglob('*.pth.tar'))

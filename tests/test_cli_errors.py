@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from timm_structinit import cli, train as train_mod
+from timm_structinit.train import epochs as epochs_mod
 
 TINY_KWARGS = ['embed_dim=32', 'depth=1', 'num_heads=2', 'img_size=8', 'patch_size=2']
 TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', *TINY_KWARGS]
@@ -462,7 +463,7 @@ def test_run_stopped_in_its_first_epoch_keeps_nothing_and_offers_no_resume(tmp_p
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_mod, 'train_one_epoch', interrupted)
+    monkeypatch.setattr(epochs_mod, 'train_one_epoch', interrupted)
     argv = [*TINY, *FAST, '--data-dir', data, '--output', tmp_path / 'out', '--experiment', 'x', '--epochs', 3]
     code, out, err = run_train(argv, capsys)
     assert code == 130

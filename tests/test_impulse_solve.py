@@ -6,6 +6,7 @@ import torch
 
 import timm_structinit
 import timm_structinit.inits.impulse as impulse
+import timm_structinit.inits.impulse_maps as impulse_maps
 import timm_structinit.inits.impulse_solvers as solvers
 from timm_structinit.inits import make_init_cfg, model_geometry
 from timm_structinit.inits.heads import find_attention
@@ -71,7 +72,7 @@ def test_a_pseudo_input_that_does_not_transpose_solves_every_target():
 def test_large_grid_in_pieces_is_the_same_whatever_the_thread_count(threads, monkeypatch):
     """ On a grid whose maps exceed one piece the solve works on bands of query rows; the bands are fixed, so the
     weights do not depend on the threads that run them. """
-    monkeypatch.setattr(solvers, 'TASK_ELEMENTS', 2 ** 12)  # 144 x 144 maps: bands of 28 query rows
+    monkeypatch.setattr(impulse_maps, 'TASK_ELEMENTS', 2 ** 12)  # 144 x 144 maps: bands of 28 query rows
     grid = (12, 12)
     x = pseudo_input(grid, 32)
     targets = torch.stack([impulse_target(grid, o) for o in [(0, 1), (1, 1)]])
@@ -82,7 +83,7 @@ def test_large_grid_in_pieces_is_the_same_whatever_the_thread_count(threads, mon
         results.append(solve_fast(x, targets, 16, 2, torch.Generator().manual_seed(0), iters=6))
     for a, b in zip(results[0][:2], results[1][:2]):
         assert torch.equal(a, b)
-    monkeypatch.setattr(solvers, 'TASK_ELEMENTS', 2 ** 18)  # one piece: the same problem, summed in another order
+    monkeypatch.setattr(impulse_maps, 'TASK_ELEMENTS', 2 ** 18)  # one piece: the same problem, summed in another order
     whole = solve_fast(x, targets, 16, 2, torch.Generator().manual_seed(0), iters=6)
     torch.testing.assert_close(whole[2]['objective'], results[0][2]['objective'], rtol=1e-4, atol=0)
 

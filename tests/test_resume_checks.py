@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from timm_structinit import train as train_mod
+from timm_structinit.train import training_run
 
 TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
         'patch_size=8']
@@ -80,7 +81,7 @@ def test_every_optimizer_shaping_option_changed_is_refused_before_any_work(run_d
 def test_weights_of_another_shape_are_refused_before_the_data(run_dir, change, named, capsys, monkeypatch):
     def no_data(args):
         raise AssertionError('the data was read')
-    monkeypatch.setattr(train_mod, 'build_datasets', no_data)
+    monkeypatch.setattr(training_run, 'build_datasets', no_data)
     before = snapshot(run_dir)
     i = RUN.index('--model-kwargs')
     argv = [*RUN[:i + 1], *[a for a in RUN[i + 1:i + 5] if a.split('=')[0] not in {c.split('=')[0] for c in change}],
@@ -182,7 +183,7 @@ def test_whatever_torch_load_raises_while_restoring_is_one_line(run_dir, capsys,
 
     def damaged(*args, **kwargs):
         raise pickle.UnpicklingError('invalid load key, \'\\x00\'.')
-    monkeypatch.setattr(train_mod, 'resume_checkpoint', damaged)
+    monkeypatch.setattr(training_run, 'resume_checkpoint', damaged)
     before = snapshot(run_dir)
     code, out, err = run_main([*RUN, '--resume', run_dir], capsys)
     line = one_line(err)

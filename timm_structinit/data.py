@@ -1,14 +1,15 @@
 """ Datasets for the training entry point: timm's factory plus the few sources it lacks, with strict split checks.
 
-* ImageFolder directories (`dataset=''`) are read by timm's ImageDataset (see `CheckedImageDataset`); `torch/cifar10`,
-  `torch/cifar100` and the other `torch/` names go through `timm.data.create_dataset`. Split folders are resolved
-  here first: timm falls back to the whole root when a split folder is missing, which would evaluate on training
-  images, so a missing split is refused, and so is a class folder without images (timm would drop the class).
+* ImageFolder directories (`dataset=''`) are read by timm's ImageDataset (see `CheckedImageDataset`, in
+  `image_folder`); `torch/cifar10`, `torch/cifar100` and the other `torch/` names go through
+  `timm.data.create_dataset`. Split folders are resolved first (`splits`): timm falls back to the whole root when a
+  split folder is missing, which would evaluate on training images, so a missing split is refused, and so is a
+  class folder without images (timm would drop the class).
 * `torch/svhn` (or `svhn`), `torch/food101`, `torch/stl10`, `torch/flowers102`, `torch/oxford_iiit_pet`:
   torchvision datasets timm's factory does not cover (`torchvision_data`), each with its own splits.
-* `sklearn/digits`: scikit-learn's bundled handwritten digits (1,797 real 8x8 grayscale images, 10 classes), which
-  needs no download. A fixed stratified split gives 1,347 training and 450 test images; images are upscaled to
-  the model's input size and repeated to 3 channels (or kept gray for 1-channel models).
+* `sklearn/digits` (`digits`): scikit-learn's bundled handwritten digits (1,797 real 8x8 grayscale images, 10
+  classes), which needs no download. A fixed stratified split gives 1,347 training and 450 test images; images are
+  upscaled to the model's input size and repeated to 3 channels (or kept gray for 1-channel models).
 * `CheckedImageDataset`: timm's ImageDataset, except that an unreadable image stops the run naming its file
   (timm logs a warning and silently serves the next image instead), an image with more than 8 bits per sample
   (16-bit PNG or TIFF) is scaled to 8 bits instead of clipped to white, and a file reached twice through directory
@@ -18,17 +19,17 @@
 Every failure to find data raises `DataError` with the flag and path that would fix it; an image that cannot be
 decoded during training raises `ImageReadError` with its path.
 """
-import logging
 import os
-import stat
 import urllib.error
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from PIL import Image
-from timm.data import ImageDataset
 from torch.utils.data import Dataset
 
+from .digits import DigitsDataset
+from .image_folder import CheckedImageDataset, folder_dataset
+from .images import ImageReadError, read_image  # noqa: F401  part of this module's API
+from .splits import EVAL_SPLITS, TRAIN_SPLITS, DataError, resolve_split_folder  # noqa: F401  part of this API
 from .torchvision_data import TORCHVISION_SOURCES, build_torchvision_dataset, torchvision_split
 
 __all__ = [
@@ -38,30 +39,12 @@ __all__ = [
     'EVAL_SPLITS',
 ]
 
+
 # the torchvision datasets timm's factory maps under 'torch/', then those `torchvision_data` adds
 TIMM_TORCH_DATASETS = ('cifar10', 'cifar100', 'mnist', 'kmnist', 'fashion_mnist', 'qmnist')
 TORCH_DATASETS = TIMM_TORCH_DATASETS + tuple(TORCHVISION_SOURCES)
-# split synonyms, searched in this order, as timm's folder reader does
-TRAIN_SPLITS = ('train', 'training')
-EVAL_SPLITS = ('val', 'valid', 'validation', 'eval', 'evaluation')
-_logger = logging.getLogger(__name__)
 # CIFAR-10 as an ImageFolder (train/ and test/, one folder per class) needs no download; DIR is the user's copy
 CIFAR10_FOLDER_HINT = "--dataset '' --data-dir DIR --train-split train --val-split test, DIR holding train/ and test/"
-
-
-class DataError(ValueError):
-    """ The data asked for cannot be found or used; the message says which flag or path would fix it. """
-
-
-class ImageReadError(RuntimeError):
-    """ An image file could not be decoded; the message is one line naming the file. """
-
-    def __init__(self, message: str) -> None:
-        # a DataLoader worker's error is raised again in the main process with the worker's traceback as its
-        # message; keep only this error's own line, the traceback's last
-        if 'Original Traceback' in message:
-            message = message.rstrip().splitlines()[-1].split(f'{type(self).__name__}: ', 1)[-1]
-        super().__init__(message)
 
 
 def check_dataset_name(name: str) -> str:
@@ -86,226 +69,6 @@ def check_dataset_name(name: str) -> str:
     raise DataError(
         f"--dataset {name!r} is not supported; valid: '' (an ImageFolder directory given by --data-dir), "
         + ', '.join(f'torch/{n}' for n in TORCH_DATASETS) + ', svhn, sklearn/digits, hfds/<name>')
-
-
-def _split_kind(split: str) -> str:
-    name = split.split('[')[0].lower()
-    if name in TRAIN_SPLITS:
-        return 'train'
-    if name in EVAL_SPLITS or name == 'test':
-        return 'test'
-    return name
-
-
-def resolve_split_folder(root: str, split: str, flag: str) -> str:
-    """ Return the sub-folder of `root` holding `split`, or raise DataError; never fall back to `root` itself. """
-    if not os.path.isdir(root):
-        raise DataError(f'--data-dir {root!r} is not a directory (looked for {os.path.abspath(root)})')
-    name = split.split('[')[0]
-    synonyms = TRAIN_SPLITS if name in TRAIN_SPLITS else EVAL_SPLITS if name in EVAL_SPLITS else ()
-    candidates = [name] + [s for s in synonyms if s != name]
-    for candidate in candidates:
-        path = os.path.join(root, candidate)
-        if os.path.isdir(path):
-            return path
-    present = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    looked = ', '.join(repr(c) for c in candidates)
-    hint = ''
-    if flag == '--val-split' and 'test' in present:
-        hint = ' Pass --val-split test to evaluate on its test folder.'
-    raise DataError(
-        f'{flag} {split!r}: {os.path.abspath(root)} has no split folder {looked}; it has: '
-        f'{", ".join(present) or "no sub-folders"}.{hint} Refusing to read the whole directory, which would mix '
-        f'splits (and evaluate on training images).')
-
-
-class DigitsDataset(Dataset):
-    """ scikit-learn's handwritten digits as an image classification dataset.
-
-    The 1,797 real 8x8 images (16 gray levels) are split once, stratified by class with a fixed seed, into 1,347
-    training and 450 test images, fixed by a seed. Images are upscaled (bicubic) to `img_size` and
-    returned as RGB PIL images so timm's transforms apply unchanged (gray 'L' images with `input_img_mode='L'`).
-    """
-    num_test = 450
-    split_seed = 0
-    classes = [str(i) for i in range(10)]
-
-    def __init__(self, split: str = 'train', img_size: int = 32, transform=None, target_transform=None,
-                 input_img_mode: str = 'RGB') -> None:
-        try:
-            from sklearn.datasets import load_digits
-            from sklearn.model_selection import train_test_split
-        except ImportError as e:
-            raise DataError(
-                "--dataset sklearn/digits needs scikit-learn: pip install 'timm-structinit[data]'") from e
-        kind = _split_kind(split)
-        if kind not in ('train', 'test'):
-            raise DataError(f'split {split!r} is not valid for sklearn/digits; valid: train, test (or val)')
-        digits = load_digits()
-        index = np.arange(len(digits.target))
-        train_idx, test_idx = train_test_split(
-            index, test_size=self.num_test, stratify=digits.target, random_state=self.split_seed)
-        self.indices = np.sort(train_idx if kind == 'train' else test_idx)
-        # 0..16 gray levels to 0..255
-        self.images = np.round(digits.images[self.indices] * (255. / 16.)).astype(np.uint8)
-        self.targets: List[int] = [int(t) for t in digits.target[self.indices]]
-        self.split = kind
-        self.img_size = img_size
-        self.input_img_mode = input_img_mode  # 'L' for 1-channel models, as timm's ImageDataset names it
-        self.transform = transform
-        self.target_transform = target_transform
-
-    def set_img_size(self, img_size: int) -> None:
-        """ Upscale to this size; the entry point sets it to the model's input size once the model is known. """
-        self.img_size = int(img_size)
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, index: int) -> Tuple[Any, int]:
-        img = Image.fromarray(self.images[index], mode='L')
-        if self.img_size != img.size[0]:
-            img = img.resize((self.img_size, self.img_size), Image.BICUBIC)
-        img = img.convert(self.input_img_mode)
-        target = self.targets[index]
-        if self.transform is not None:
-            img = self.transform(img)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return img, target
-
-
-# Pillow modes with more than 8 bits per sample, which `convert('RGB')` clips at 255 instead of scaling: 16-bit
-# grayscale (PNG, TIFF), and 32-bit integers holding 16-bit values (older Pillow reads 16-bit PNG so)
-_SIXTEEN_BIT_MODES = ('I;16', 'I;16B', 'I;16L', 'I;16N', 'I')
-
-
-def _to_8_bits(img: Image.Image, path: str) -> Image.Image:
-    """ A 16-bit grayscale image scaled to 8 bits ('L'); ImageReadError for values outside the 16-bit range. """
-    values = np.asarray(img)
-    if values.size and (values.min() < 0 or values.max() > 65535):
-        raise ImageReadError(f'image {os.path.abspath(path)} has {img.mode!r} pixels outside the 16-bit range '
-                             f'({values.min()}..{values.max()}); save it with 8 or 16 bits per channel')
-    return Image.fromarray(np.round(values.astype(np.float64) * (255.0 / 65535.0)).astype(np.uint8), mode='L')
-
-
-def read_image(path: str, mode: Optional[str] = 'RGB') -> Image.Image:
-    """ The image at `path` in `mode` (None: as stored), 16-bit images scaled to 8 bits; ImageReadError naming the
-    file when it cannot be decoded, is a decompression bomb by Pillow's limit, or has floating-point pixels. """
-    where = os.path.abspath(path)
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # opening a FIFO would wait for a writer forever
-            raise ImageReadError(f'image {where} is not a regular file; only regular files are read')
-        with Image.open(path) as img:
-            if img.mode in _SIXTEEN_BIT_MODES:
-                img = _to_8_bits(img, path)
-            elif img.mode == 'F':
-                raise ImageReadError(f'image {where} has floating-point pixels (mode F), whose range is unknown; '
-                                     f'save it with 8 or 16 bits per channel')
-            return img.convert(mode) if mode else img.copy()
-    except Image.DecompressionBombError as e:  # not an OSError
-        raise ImageReadError(f'image {where} is refused by Pillow as a decompression bomb ({e}); Pillow\'s limit '
-                             f'is PIL.Image.MAX_IMAGE_PIXELS = {Image.MAX_IMAGE_PIXELS} pixels (x2); resize the '
-                             f'image or raise that limit') from None
-    except OSError as e:  # PIL's decode errors: a truncated, corrupt or unreadable file
-        raise ImageReadError(f'cannot read image {where} ({e}); replace or remove it') from None
-
-
-class CheckedImageDataset(ImageDataset):
-    """ timm's ImageDataset over a folder, except that an image that cannot be decoded raises `ImageReadError`
-    naming its file (timm's dataset logs a warning and serves the next image in its place), and 16-bit images are
-    scaled to 8 bits (`read_image`). """
-
-    def __getitem__(self, index: int) -> Tuple[Any, int]:
-        path, target = self.reader.samples[index]
-        img = read_image(path, self.input_img_mode or None)
-        if self.transform is not None:
-            img = self.transform(img)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return img, target
-
-
-def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs) -> CheckedImageDataset:
-    """ A `CheckedImageDataset` over `folder`, each image labelled by the class folder it lies in (however deep),
-    each file listed once and every one a regular file; no images at all, or (with `check_classes`) a class folder
-    without images, is a DataError starting with `what` (the flag and value that named the folder). """
-    from timm.data import get_img_extensions
-    where = os.path.abspath(folder)
-    extensions = ', '.join(get_img_extensions())
-    try:
-        ds = CheckedImageDataset(folder, **kwargs)
-    except RuntimeError:  # timm's reader found no image
-        raise DataError(f'{what}: no images found under {where} (image files end in {extensions})') from None
-    except Exception as e:  # whatever else listing the folder met
-        raise DataError(f'{what}: cannot list the images under {where} ({type(e).__name__}: {e})') from None
-    _read_each_file_once(ds, what)  # first: a file reached through a link loop keeps its own folder's label
-    if not kwargs.get('class_map'):
-        _label_by_class_folder(ds, folder)
-    _refuse_special_files(ds, what)
-    if check_classes:
-        # timm names classes after the folders that hold images, so an empty class folder silently drops its class
-        used = {os.path.relpath(path, folder).split(os.sep)[0] for path, _ in ds.reader.samples}
-        empty = sorted(d.name for d in os.scandir(folder)
-                       if d.is_dir() and not d.name.startswith('.') and d.name not in used)
-        if empty:
-            raise DataError(f'{what}: class folder(s) {", ".join(empty)} under {where} hold no images (image files '
-                            f'end in {extensions}); add images or remove the folder(s)')
-    return ds
-
-
-def _label_by_class_folder(ds: CheckedImageDataset, folder: str) -> None:
-    """ Label each image by the class folder directly under `folder` that holds it: timm's reader names the class
-    after the innermost folder, so `cat/extra/1.jpg` and `dog/extra/2.jpg` would both be class 'extra'. Class
-    indices follow timm's order of the names (natural sort); without nested folders nothing changes. """
-    from timm.utils.misc import natural_key
-    tops = []
-    for path, _ in ds.reader.samples:
-        top = os.path.relpath(os.path.dirname(path), folder).split(os.sep)[0]
-        tops.append('' if top == '.' else top)
-    class_to_idx = {c: i for i, c in enumerate(sorted(set(tops), key=natural_key))}
-    ds.reader.samples = [(path, class_to_idx[top]) for (path, _), top in zip(ds.reader.samples, tops)]
-    ds.reader.class_to_idx = class_to_idx
-    if hasattr(ds.reader, 'targets'):
-        ds.reader.targets = [t for _, t in ds.reader.samples]
-
-
-def _refuse_special_files(ds: CheckedImageDataset, what: str) -> None:
-    """ Every image is a regular file (a FIFO, a device or a socket named x.jpg would block or never end a read);
-    the files' identities (device, inode) are kept as `ds.file_ids`, so that two splits can be compared by the
-    files they read, whatever the paths. """
-    ids = set()
-    for path, _ in ds.reader.samples:
-        try:
-            st = os.stat(path)
-        except OSError as e:
-            raise DataError(f'{what}: cannot read {os.path.abspath(path)} ({e.strerror or e})') from None
-        if not stat.S_ISREG(st.st_mode):
-            kind = ('a FIFO (named pipe)' if stat.S_ISFIFO(st.st_mode) else 'a socket' if stat.S_ISSOCK(st.st_mode)
-                    else 'a device' if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else 'not a file')
-            raise DataError(f'{what}: {os.path.abspath(path)} is {kind}, not a regular image file; only regular '
-                            f'files are read: remove it or replace it by the image')
-        ids.add((st.st_dev, st.st_ino))
-    ds.file_ids = ids
-
-
-def _read_each_file_once(ds: CheckedImageDataset, what: str) -> None:
-    """ Drop the samples that are a file already listed with the same label, reached again through a directory link
-    (a link loop, such as `ln -s .. DATA/train/cat/loop`, lists every image over and over); say what was dropped. """
-    shortest = {}  # (file, label) -> the shortest path to it, the one through the fewest links
-    for path, target in ds.reader.samples:
-        key = (os.path.realpath(path), target)
-        if key not in shortest or len(path) < len(shortest[key]):
-            shortest[key] = path
-    chosen = set(shortest.values())
-    kept = [(p, t) for p, t in ds.reader.samples if p in chosen]
-    dropped = [(p, t) for p, t in ds.reader.samples if p not in chosen]
-    if dropped:
-        _logger.warning(f'{what}: {len(dropped)} image path(s) reached through directory links are files already '
-                        f'listed (e.g. {dropped[0][0]}); each file is read once: {len(kept)} images')
-        ds.reader.samples = kept
-        if hasattr(ds.reader, 'targets'):
-            ds.reader.targets = [t for _, t in kept]
 
 
 class ClassBalancedSubset(Dataset):

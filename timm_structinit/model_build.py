@@ -17,8 +17,10 @@ import torch
 from timm.models import is_model, model_entrypoint
 from torch import nn
 
+from .pos_embed import check_sincos_dim
+
 __all__ = ['is_package_model', 'list_models', 'model_class', 'valid_model_args', 'check_model_args',
-           'check_weights_source', 'hub_offline', 'hub_unreachable', 'check_sizes', 'check_patch_fits']
+           'check_weights_source', 'hub_offline', 'hub_unreachable', 'check_sizes', 'check_patch_fits', 'check_vit_args']
 
 
 def _as_sizes(value: Any) -> List[Any]:
@@ -44,6 +46,31 @@ def check_patch_fits(model: str, img_size: Any, patch_size: Any, padded: Optiona
     pad = ' (or dynamic_img_pad=True to pad the image)' if padded is not None else ''
     raise ValueError(f'patch_size={patch_size!r} does not divide img_size={img_size!r} for {model}: the pixels past '
                      f'the last whole patch would be dropped; valid patch sizes here: {fits}{pad}')
+
+
+def check_vit_args(pos_embed: str, struct_init: Optional[str], kwargs: Mapping[str, Any]) -> None:
+    """ The arguments of a `StructVisionTransformer` (its own, and timm's `VisionTransformer` ones in `kwargs`) can
+    build a model: ValueError naming the first that cannot, before timm builds anything. """
+    embed_dim, num_heads = kwargs.get('embed_dim', 768), kwargs.get('num_heads', 12)
+    name = 'StructVisionTransformer'
+    check_sizes(name, embed_dim=embed_dim, num_heads=num_heads, in_chans=kwargs.get('in_chans', 3),
+                img_size=kwargs.get('img_size', 224), patch_size=kwargs.get('patch_size', 16))
+    check_sizes(name, 0, depth=kwargs.get('depth', 12), num_classes=kwargs.get('num_classes', 1000))
+    if struct_init is not None and kwargs.get('depth', 12) == 0:
+        raise ValueError(f'depth=0 leaves no attention block for struct_init={struct_init!r} to write; valid: '
+                         f'depth >= 1')
+    check_patch_fits(name, kwargs.get('img_size', 224), kwargs.get('patch_size', 16),
+                     padded=kwargs.get('dynamic_img_pad', False))
+    if embed_dim % num_heads:
+        raise ValueError(
+            f'embed_dim={embed_dim} is not divisible by num_heads={num_heads}; '
+            f'valid num_heads divide embed_dim (e.g. {[h for h in (1, 2, 3, 4, 6, 8, 12, 16) if embed_dim % h == 0]})')
+    if pos_embed not in ('learn', 'none', '', 'sincos'):
+        raise ValueError(f"pos_embed={pos_embed!r} is not valid; choose 'learn', 'sincos' or 'none'")
+    if kwargs.get('global_pool', 'token') == 'token' and not kwargs.get('class_token', True):
+        raise ValueError("global_pool='token' needs a class token; use global_pool='avg' with class_token=False")
+    if pos_embed == 'sincos':
+        check_sincos_dim(embed_dim)
 
 
 def is_package_model(model_name: str) -> bool:
@@ -133,7 +160,7 @@ def hub_unreachable(timeout: float = 3.0) -> Optional[str]:
     retries. Any HTTP answer, an error status included, means reachable: what the Hub then says is the download's. """
     from huggingface_hub import constants
     from huggingface_hub.utils import get_session
-    from .cli import error_line
+    from .command_line import error_line
     if hub_offline():
         return 'huggingface_hub is in offline mode (HF_HUB_OFFLINE is set)'
     host = urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT

@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict, Tuple
 
 import torchvision.datasets as tvd
 
+from .images import read_image
+
 __all__ = ['TorchvisionSource', 'TORCHVISION_SOURCES', 'torchvision_split', 'build_torchvision_dataset']
 
 
@@ -59,7 +61,6 @@ class LocalOxfordIIITPet(tvd.OxfordIIITPet):
     """ Class labels (37 breeds) with the `transform` attribute applied, as timm's loader sets it. """
 
     def __getitem__(self, idx: int) -> Tuple[Any, Any]:
-        from .data import read_image  # (data imports this module) the package's reader: 16-bit scaled, files named
         image = read_image(str(self._images[idx]))
         target = self._labels[idx]
         if self.transform is not None:

@@ -27,8 +27,8 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import VisionTransformer, build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import checkpoint_filter_fn
 
-from .model_build import check_patch_fits, check_sizes
-from .pos_embed import check_sincos_dim, sincos_pos_embed
+from .model_build import check_vit_args
+from .pos_embed import sincos_pos_embed
 from .struct_init_args import StructInitArgs
 
 __all__ = ['StructVisionTransformer', 'CIFAR10_MEAN', 'CIFAR10_STD']
@@ -59,26 +59,7 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
             struct_init_seed: Optional[int] = None,
             **kwargs,
     ) -> None:
-        embed_dim, num_heads = kwargs.get('embed_dim', 768), kwargs.get('num_heads', 12)
-        name = 'StructVisionTransformer'
-        check_sizes(name, embed_dim=embed_dim, num_heads=num_heads, in_chans=kwargs.get('in_chans', 3),
-                    img_size=kwargs.get('img_size', 224), patch_size=kwargs.get('patch_size', 16))
-        check_sizes(name, 0, depth=kwargs.get('depth', 12), num_classes=kwargs.get('num_classes', 1000))
-        if struct_init is not None and kwargs.get('depth', 12) == 0:
-            raise ValueError(f'depth=0 leaves no attention block for struct_init={struct_init!r} to write; valid: '
-                             f'depth >= 1')
-        check_patch_fits(name, kwargs.get('img_size', 224), kwargs.get('patch_size', 16),
-                         padded=kwargs.get('dynamic_img_pad', False))
-        if embed_dim % num_heads:
-            raise ValueError(
-                f'embed_dim={embed_dim} is not divisible by num_heads={num_heads}; '
-                f'valid num_heads divide embed_dim (e.g. {[h for h in (1, 2, 3, 4, 6, 8, 12, 16) if embed_dim % h == 0]})')
-        if pos_embed not in ('learn', 'none', '', 'sincos'):
-            raise ValueError(f"pos_embed={pos_embed!r} is not valid; choose 'learn', 'sincos' or 'none'")
-        if kwargs.get('global_pool', 'token') == 'token' and not kwargs.get('class_token', True):
-            raise ValueError("global_pool='token' needs a class token; use global_pool='avg' with class_token=False")
-        if pos_embed == 'sincos':
-            check_sincos_dim(embed_dim)
+        check_vit_args(pos_embed, struct_init, kwargs)
         # attributes read by init_weights(), which VisionTransformer.__init__ calls: set them first
         self.sincos_pos_embed = pos_embed == 'sincos'
         self.pos_embed_scale = 1.0  # an init may scale the position table; the model keeps the scale

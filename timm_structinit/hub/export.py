@@ -1,14 +1,11 @@
 """ Build, export and push: timm's loaders read checkpoints, timm's `save_for_hf` writes the folder, huggingface_hub's
-`HfApi` uploads it. Every argument is checked before a model is built or a file is written.
+`HfApi` uploads it (`upload`). Every argument is checked (`arguments`) before a model is built or a file is written.
 """
 import argparse
-import difflib
-import inspect
 import json
 import logging
 import numbers
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +15,7 @@ import huggingface_hub
 import safetensors
 import timm
 import torch
-from timm.models import get_model_args, is_model, load_state_dict, model_entrypoint, save_for_hf
+from timm.models import get_model_args, is_model, load_state_dict, save_for_hf
 from timm.utils import load_checkpoint_metadata
 from torch import nn
 
@@ -26,10 +23,12 @@ from .. import __version__
 from ..atomic import atomic_dir, write_refused
 from ..checkpoints import state_dict_mismatch
 from ..inits import rest_init_of
-from ..model_build import check_model_args
-from ..seeds import check_seed
+from .arguments import (
+    _check_build_args, _check_flags, _check_model_kwargs, _check_out_dir, _check_push_args, _check_target,
+    _is_package_model)
 from .card import model_card
 from .plain_timm import CONFIG_KEY, plain_timm_config
+from .upload import HubError, _one_line, _upload
 
 _logger = logging.getLogger(__name__)
 
@@ -42,13 +41,11 @@ _RECIPE_KEYS = (
     'input_size', 'epochs', 'batch_size', 'opt', 'lr', 'weight_decay', 'momentum', 'layer_decay', 'sched',
     'warmup_epochs', 'warmup_lr', 'min_lr', 'clip_grad', 'smoothing', 'aa', 'reprob', 'mixup', 'cutmix', 'drop',
     'drop_path', 'model_ema', 'model_ema_decay', 'amp', 'seed')
+
+
 # Hub dataset ids of the torchvision datasets a run can name
 _HUB_DATASETS = {'torch/cifar10': 'uoft-cs/cifar10', 'torch/cifar100': 'uoft-cs/cifar100',
                  'torch/svhn': 'ufldl-stanford/svhn', 'svhn': 'ufldl-stanford/svhn', 'torch/food101': 'ethz/food101'}
-
-
-class HubError(RuntimeError):
-    """ A Hub request failed (network, authentication, permissions): the message is one line and holds no token. """
 
 
 @dataclass
@@ -61,132 +58,6 @@ class PushResult:
     files: List[Tuple[str, int]]  # (name, size in bytes), in EXPORT_FILES order
     dry_run: bool
     url: Optional[str] = None  # the commit's URL, when the Hub returned one
-
-
-def _one_line(error: Any) -> str:
-    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-
-
-def _is_package_model(model_name: str) -> bool:
-    return model_entrypoint(model_name).__module__.startswith('timm_structinit.')
-
-
-def _model_class(model_name: str) -> type:
-    """ The class a package entrypoint builds (the one class its module defines for it). """
-    from ..mlp_mixer import StructMlpMixer
-    from ..swin_transformer import StructSwinTransformer
-    from ..vision_transformer import StructVisionTransformer
-    classes = {cls.__module__: cls for cls in (StructVisionTransformer, StructSwinTransformer, StructMlpMixer)}
-    return classes[model_entrypoint(model_name).__module__]
-
-
-def _check_model_kwargs(model_name: str, model_kwargs: Any) -> Dict[str, Any]:
-    if not isinstance(model_kwargs, (Mapping, type(None))) or not all(isinstance(k, str) for k in model_kwargs or {}):
-        raise ValueError(f'model_kwargs must be a dict with string keys, got {model_kwargs!r}')
-    kwargs = dict(model_kwargs or {})
-    for key in kwargs.keys() & {'pretrained', 'pretrained_cfg', 'checkpoint_path', 'features_only'}:
-        raise ValueError(f'model_kwargs may not set {key!r}: export builds the model itself (trained weights come '
-                         f'from checkpoint= / --checkpoint) and writes the registered pretrained_cfg')
-    if _is_package_model(model_name):  # timm's own models check their arguments themselves
-        model_cls = _model_class(model_name)
-        valid = sorted({p for cls in model_cls.__mro__ if '__init__' in vars(cls) and cls is not nn.Module
-                        for p in inspect.signature(cls.__init__).parameters} - {'self', 'args', 'kwargs'}
-                       | {'out_indices'})
-        unknown = sorted(set(kwargs) - set(valid))
-        if unknown:
-            close = sorted({m for k in unknown for m in difflib.get_close_matches(k, valid, n=3)})
-            raise ValueError(f'unknown model_kwargs {unknown} for {model_name}' + (
-                f' (did you mean {", ".join(close)}?)' if close else '') + f'; valid: {", ".join(valid)}')
-    try:
-        json.dumps(kwargs)
-    except (TypeError, ValueError):
-        raise ValueError(f'model_kwargs {kwargs} cannot be written to config.json; use numbers, strings, booleans, '
-                         f'None, lists or dicts of those') from None
-    return kwargs
-
-
-def _check_build_args(model_name: Any, seed: Any, model_kwargs: Any, checkpoint: Any, use_ema: Any) -> Dict[str, Any]:
-    """ The checked model_kwargs; ValueError (FileNotFoundError for a missing checkpoint) naming the bad value. """
-    if not isinstance(model_name, str) or not is_model(model_name) or any(c in model_name for c in ':/.'):
-        ours = [m for m in timm.list_models() if _is_package_model(m)]
-        close = list(dict.fromkeys(difflib.get_close_matches(str(model_name), ours + timm.list_models(), cutoff=0.6)))
-        raise ValueError(f'unknown model {model_name!r}; ' + (f'close names: {", ".join(close)}' if close else
-                         f'models of this package: {", ".join(ours)}') + ' (a registered name, without a Hub prefix '
-                         'or a pretrained tag)')
-    check_seed(seed)
-    if use_ema not in (True, False) or (use_ema and checkpoint is None):
-        raise ValueError(f'use_ema={use_ema!r} must be True (with a checkpoint holding EMA weights) or False')
-    if checkpoint is not None and not Path(checkpoint).expanduser().is_file():
-        raise FileNotFoundError(f'checkpoint {os.fspath(checkpoint)} does not exist or is not a file')
-    kwargs = _check_model_kwargs(model_name, model_kwargs)
-    if checkpoint is None:  # a checkpoint's run supplies more arguments: checked once they are read
-        check_model_args(model_name, kwargs)
-    return kwargs
-
-
-def _check_push_args(repo_id: Any, revision: Any = None, commit_message: Any = None) -> None:
-    if not isinstance(repo_id, str) or repo_id.count('/') != 1:
-        raise ValueError(f'repo id {repo_id!r} must have the form ORG/NAME (a user or organization, then a name)')
-    try:
-        huggingface_hub.utils.validate_repo_id(repo_id)
-    except ValueError as e:  # HFValidationError
-        raise ValueError(f'repo id {repo_id!r} is not valid: {_one_line(e)}') from None
-    for name, value in (('revision', revision), ('commit_message', commit_message)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ValueError(f'{name}={value!r} must be a non-empty string or None')
-    if revision is not None and not _is_branch_name(revision):
-        raise ValueError(f'revision={revision!r} is not a valid branch name (git check-ref-format: no spaces, "..", '
-                         f'"@{{", ~^:?*[\\, no leading "-" or "/", no trailing "/", "." or ".lock")')
-
-
-def _check_flags(**flags: Any) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise ValueError(f'{name}={value!r} must be True or False')
-
-
-def _is_branch_name(name: str) -> bool:
-    """ git's rules for a ref name (check-ref-format), which the Hub applies to a revision it creates. """
-    bad = re.search(r'[\s~^:?*\[\\\x00-\x1f\x7f]|\.\.|@\{|//|/\.|^\.', name)
-    return not (bad or name.startswith(('-', '/')) or name.endswith(('/', '.', '.lock')) or name == '@')
-
-
-def _check_out_dir(out_dir: Any) -> Path:
-    if not isinstance(out_dir, (str, os.PathLike)) or not os.fspath(out_dir):
-        raise ValueError(f'out_dir={out_dir!r} must be the path of a folder to write the export to')
-    return Path(out_dir).expanduser()
-
-
-def _check_target(target: Path, force: Any, checkpoint: Optional[PathLike] = None) -> None:
-    _check_flags(force=force)
-    if checkpoint is not None and target.exists():
-        # replacing the target would delete the weights being exported (a run folder exported into itself)
-        source, folder = Path(checkpoint).resolve(), target.resolve()
-        if source == folder or folder in source.parents:
-            raise ValueError(f'export target {target} holds the checkpoint it exports ({checkpoint}); replacing it '
-                             f'would delete it: export to another folder')
-    if target.exists() and not target.is_dir():
-        raise NotADirectoryError(f'export target {target} exists and is not a directory')
-    # the export is staged next to the target: its nearest existing parent must be a writable folder
-    parent = next(p for p in target.absolute().parents if p.exists())
-    if not parent.is_dir():
-        raise NotADirectoryError(f'export target {target}: {parent} is a file, not a directory')
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f'export target {target}: no permission to write in {parent}')
-    try:  # the staging folder goes there: create one now rather than fail after the build
-        os.rmdir(tempfile.mkdtemp(prefix=f'.{target.name}.', suffix='.probe', dir=parent))
-    except OSError as e:
-        raise PermissionError(f'export target {target}: cannot create a folder in {parent} '
-                              f'({e.strerror or _one_line(e)})') from None
-    if target.is_dir() and any(target.iterdir()):
-        if not force:
-            raise FileExistsError(f'export target {target} is not empty; choose a new directory or pass force=True '
-                                  f'(--force) to replace it')
-        # replacing means deleting: never the folder a user works in (a mistyped `.`), its parents or home
-        resolved, cwd = target.resolve(), Path.cwd().resolve()
-        if resolved in (Path.home().resolve(), Path(resolved.anchor), cwd, *cwd.parents):
-            raise ValueError(f'refusing to replace {target}: it is the current directory, one of its parents or the '
-                             f'home directory; export to a dedicated folder')
 
 
 def _read_checkpoint(path: Path, use_ema: bool) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
@@ -399,43 +270,3 @@ def push_model(model_name: str, repo_id: str, seed: int = 0, model_kwargs: Optio
         if not dry_run:
             result.url = _upload(Path(folder), repo_id, token, bool(private), revision, commit_message)
     return result
-
-
-def _upload(folder: Path, repo_id: str, token: str, private: bool, revision: Optional[str], message: str) -> str:
-    """ The export folder as one commit, with huggingface_hub's `create_repo`, `create_branch` and `upload_folder`
-    (timm's `push_to_hf_hub` makes these calls too, but writes timm's generic card where the repo has none, and
-    creates no branch); the commit's URL. """
-    api = huggingface_hub.HfApi(token=token, library_name='timm_structinit', library_version=__version__)
-    try:
-        repo_url = api.create_repo(repo_id, repo_type='model', private=private, exist_ok=True)
-        repo_id = getattr(repo_url, 'repo_id', None) or repo_id  # as the Hub spells it
-        if revision not in (None, 'main') and not revision.startswith('refs/'):
-            api.create_branch(repo_id, branch=revision, repo_type='model', exist_ok=True)
-        info = api.upload_folder(
-            repo_id=repo_id, folder_path=str(folder), repo_type='model', revision=revision, commit_message=message)
-    except Exception as e:  # network, authentication, permissions, a file that could not be read: one line
-        raise HubError(_explain_hub_error(e, repo_id, revision).replace(token, '***')) from None
-    return getattr(info, 'commit_url', None) or str(repo_url)
-
-
-def _explain_hub_error(error: Exception, repo_id: str, revision: Optional[str]) -> str:
-    """ What went wrong with a push to `repo_id`, and what to check. """
-    from huggingface_hub import errors
-    status = getattr(getattr(error, 'response', None), 'status_code', None)
-    detail, kind = _one_line(getattr(error, 'server_message', None) or error), type(error).__name__
-    if isinstance(error, errors.RevisionNotFoundError):
-        return f'revision {revision!r} of {repo_id} not found: {detail}'
-    if isinstance(error, errors.RepositoryNotFoundError):
-        return f'repository {repo_id} not found or not accessible with this token: {detail}'
-    if status in (401, 403):
-        return (f'not authorized to push to {repo_id} (HTTP {status}): check that the token (HF_TOKEN or '
-                f'`hf auth login`) is valid and has write access to {repo_id.split("/")[0]}')
-    if isinstance(error, errors.OfflineModeIsEnabled):
-        return 'the Hugging Face Hub is unreachable in offline mode (HF_HUB_OFFLINE is set)'
-    if isinstance(error, errors.HfHubHTTPError):
-        return f'the Hub refused the upload to {repo_id} (HTTP {status}): {detail}'
-    # the HTTP clients' transport errors are not builtin ConnectionErrors
-    if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.split('.')[0] in (
-            'httpx2', 'httpx', 'requests', 'urllib3'):
-        return f'cannot reach the Hugging Face Hub ({kind}: {detail})'
-    return f'upload to {repo_id} failed ({kind}: {detail})'

@@ -5,10 +5,6 @@ https://arxiv.org/abs/2404.01139) and "Structured Initialization for Vision Tran
 https://arxiv.org/abs/2505.19985). Head i gets an offset (dy, dx) in an f x f window and its target map sends
 query patch (r, c) to key patch (r + dy, c + dx): a random impulse convolution filter, written as attention.
 
-A target is stored as an index vector: `target[q]` is the key index query q attends to, or -1 for a query whose
-key falls off the grid under `border='zero'` (the authors' choice: that row of the map is all zero).
-`border='circular'` wraps around instead, so every row has a target.
-
 The init.
 Two published versions, one configuration (`ImpulseCfg`), presets in the registry:
 
@@ -26,10 +22,9 @@ tokens' rows and columns of the map are whatever the solved Q, K give them; with
 models) there are none.
 """
 import copy
-import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +32,12 @@ from torch import nn
 
 from ..pos_embed import set_pos_embed_scale_, sincos_pos_embed
 from .heads import write_qk_, zero_attention_bias_
-from .impulse_solvers import SOLVERS, WARM_START, solve_cost
+from .impulse_budget import (  # noqa: F401  the solve's cost and budget, importable from the init too
+    SOLVE_MEMORY_BUDGET, SOLVE_WORK_BUDGET, check_solve_budget, impulse_solve_cost)
+from .impulse_solvers import SOLVERS, WARM_START
+from .impulse_targets import (  # noqa: F401  the offsets and targets, importable from the init too
+    BORDERS, OFFSET_POLICIES, _odd_kernel, draw_offsets, draw_offsets_cycled, fixed_order, impulse_target,
+    window_offsets)
 from .mimetic import MimeticCfg, mimetic_vproj_init_
 
 __all__ = [
@@ -45,103 +45,6 @@ __all__ = [
     'ImpulseCfg', 'impulse_init_', 'impulse_pseudo_input', 'check_impulse_model', 'impulse_solve_cost',
     'OFFSET_POLICIES', 'BORDERS', 'IMPULSE2025', 'SOLVE_MEMORY_BUDGET', 'SOLVE_WORK_BUDGET',
 ]
-
-OFFSET_POLICIES = ('distinct', 'random', 'fixed')
-BORDERS = ('zero', 'circular')
-
-# sign pattern (sign dy, sign dx) -> rank: centre, up, right, left, down, then the diagonals row-major. Sorting a
-# 3x3 window by distance then this rank gives the 2025 paper's order 4, 1, 5, 3, 7, 0, 2, 6, 8.
-_DIRECTION_RANK = {(0, 0): 0, (-1, 0): 1, (0, 1): 2, (0, -1): 3, (1, 0): 4, (-1, -1): 5, (-1, 1): 6, (1, -1): 7, (1, 1): 8}
-
-
-def _sign(v: int) -> int:
-    return (v > 0) - (v < 0)
-
-
-def window_offsets(kernel_size: int) -> List[Tuple[int, int]]:
-    """ The f*f offsets (dy, dx) of a window, row-major: index i is (i // f - f // 2, i % f - f // 2). """
-    half = kernel_size // 2
-    return [(i // kernel_size - half, i % kernel_size - half) for i in range(kernel_size * kernel_size)]
-
-
-def fixed_order(kernel_size: int) -> List[int]:
-    """ Deterministic window order for the `fixed` policy: nearest offsets first.
-
-    Sorted by squared distance from the centre, then by direction (centre, up, right, left, down, up-left,
-    up-right, down-left, down-right), then row-major. For 3x3 this is the 2025 paper's 4, 1, 5, 3, 7, 0, 2, 6, 8;
-    for 5x5 it continues with the distance-2 axis offsets, then the knight moves, then the corners.
-    """
-    offsets = window_offsets(kernel_size)
-    def key(i):
-        dy, dx = offsets[i]
-        return dy * dy + dx * dx, _DIRECTION_RANK[(_sign(dy), _sign(dx))], dy, dx
-    return sorted(range(len(offsets)), key=key)
-
-
-def draw_offsets(
-        num_heads: int,
-        kernel_size: int,
-        policy: str,
-        generator: torch.Generator,
-) -> List[Tuple[int, int]]:
-    """ One window offset per head.
-
-    distinct: without replacement (heads <= f*f), so a layer's filters are linearly independent, which
-        Proposition 1 of the 2024 paper asks for; the default.
-    random: with replacement, as the authors' 2024 code does (`torch.randint`).
-    fixed: head i takes entry i mod f*f of `fixed_order` (the 2025 paper's order for 3x3); draws nothing.
-    """
-    window = window_offsets(kernel_size)
-    if policy == 'distinct':
-        if num_heads > len(window):
-            raise ValueError(
-                f"offsets='distinct' needs num_heads <= kernel_size**2, got num_heads={num_heads} with "
-                f"kernel_size={kernel_size}; use offsets='random' or 'fixed', or a larger kernel_size")
-        index = torch.randperm(len(window), generator=generator)[:num_heads].tolist()
-    elif policy == 'random':
-        index = torch.randint(0, len(window), (num_heads,), generator=generator).tolist()
-    elif policy == 'fixed':
-        order = fixed_order(kernel_size)
-        index = [order[i % len(order)] for i in range(num_heads)]
-    else:
-        raise ValueError(f'offsets={policy!r} is not valid; choose one of {list(OFFSET_POLICIES)}')
-    return [window[i] for i in index]
-
-
-def draw_offsets_cycled(
-        count: int,
-        kernel_size: int,
-        policy: str,
-        generator: torch.Generator,
-) -> List[Tuple[int, int]]:
-    """ `count` offsets where there may be more heads (or blocks) than window offsets: `distinct` takes a fresh
-    permutation of the window for every f*f of them; the other policies are `draw_offsets`'. """
-    if policy != 'distinct':
-        return draw_offsets(count, kernel_size, policy, generator)
-    offsets: List[Tuple[int, int]] = []
-    while len(offsets) < count:
-        offsets += draw_offsets(min(kernel_size ** 2, count - len(offsets)), kernel_size, policy, generator)
-    return offsets
-
-
-def impulse_target(grid_size: Sequence[int], offset: Tuple[int, int], border: str = 'zero') -> torch.Tensor:
-    """ (N,) long: the key each query attends to under `offset`, -1 where `border='zero'` leaves the row empty. """
-    height, width = grid_size
-    dy, dx = offset
-    rows = torch.arange(height).view(-1, 1).expand(height, width)
-    cols = torch.arange(width).view(1, -1).expand(height, width)
-    key_r, key_c = rows + dy, cols + dx
-    if border == 'circular':
-        return ((key_r % height) * width + key_c % width).flatten()
-    if border != 'zero':
-        raise ValueError(f'border={border!r} is not valid; choose one of {list(BORDERS)}')
-    inside = (key_r >= 0) & (key_r < height) & (key_c >= 0) & (key_c < width)
-    return torch.where(inside, key_r * width + key_c, torch.full_like(key_r, -1)).flatten()
-
-
-def _odd_kernel(where: str, value: int) -> None:
-    if value < 1 or value % 2 == 0:
-        raise ValueError(f'{where}={value} must be an odd window size (1, 3, 5, ...): the impulse needs a centre')
 
 
 def pseudo_input(grid_size: Tuple[int, int], embed_dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -247,78 +150,7 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
     if cfg.pseudo_input == 'sincos' and geometry['embed_dim'] % 4:
         raise ValueError(
             f"pseudo_input='sincos' needs embed_dim divisible by 4, got {geometry['embed_dim']}")
-    _check_solve_budget(cfg, geometry)
-
-
-# What an impulse solve may take before the init refuses the grid: the solve's work grows with the square of the
-# token count (every head's N x N map), so a large img_size or a small patch_size can ask for hours or terabytes.
-# Fixed numbers, not a share of this machine, so that a model builds or not the same way everywhere.
-SOLVE_MEMORY_BUDGET = 4 * 2 ** 30   # bytes
-SOLVE_WORK_BUDGET = 2e12            # multiply-adds: about a minute on one loaded core of the machine it was measured on
-
-
-def _pseudo_input_rank(grid: Sequence[int], dim: int, cfg: 'ImpulseCfg') -> int:
-    """ An upper bound on the numerical rank of the pseudo input, from the grid alone: a sin-cos table's columns
-    each depend on one axis, so its rank is at most the ranks of the per-axis tables plus one for LayerNorm's
-    centring; any other pseudo input is taken at full rank. """
-    tokens = grid[0] * grid[1]
-    if cfg.pseudo_input != 'sincos' or cfg.content != 'ignore' or cfg.layer_inputs != 'same':
-        return min(tokens, dim)
-    return min(1 + _axis_rank(grid[0], dim) + _axis_rank(grid[1], dim), tokens, dim)
-
-
-@functools.lru_cache(maxsize=64)
-def _axis_rank(size: int, dim: int) -> int:
-    """ Numerical rank of the sin-cos table of a size x 1 grid: one axis's columns (the other's are constant). """
-    # on the CPU explicitly: a model built on the meta device (a dry build) checks its budget too
-    table = sincos_pos_embed((size, 1), dim, dtype=torch.float64, device=torch.device('cpu'))[0]
-    return int(torch.linalg.matrix_rank(table, rtol=1e-5))
-
-
-def impulse_solve_cost(cfg: 'ImpulseCfg', geometry: Dict[str, Any], grid: Optional[Sequence[int]] = None):
-    """ (peak bytes, multiply-adds) the impulse solve of a model of this geometry is estimated to take (see
-    `impulse_solvers.solve_cost`), on its own grid or on `grid`. """
-    grid = tuple(grid or geometry['grid_size'])
-    dim, heads, layers = geometry['embed_dim'], geometry['num_heads'], geometry.get('num_layers', 1)
-    head_dim = dim // heads
-    solved_layers = 1 if cfg.share_layers or cfg.layer_inputs == 'propagated' else layers
-    maps = heads * solved_layers
-    distinct = min(maps, cfg.kernel_size ** 2)
-    memory, work = solve_cost(cfg.solver, grid[0] * grid[1], dim, head_dim, heads, maps, distinct,
-                              _pseudo_input_rank(grid, dim, cfg), cfg.solver_options())
-    if cfg.layer_inputs == 'propagated':  # one solve per layer, one after the other
-        work *= layers
-    return memory, work
-
-
-def _check_solve_budget(cfg: 'ImpulseCfg', geometry: Dict[str, Any]) -> None:
-    memory, work = impulse_solve_cost(cfg, geometry)
-    if memory <= SOLVE_MEMORY_BUDGET and work <= SOLVE_WORK_BUDGET:
-        return
-    grid = tuple(geometry['grid_size'])
-    low, high = 0, max(grid)  # the largest square grid within both budgets, by bisection
-    while low < high:
-        side = (low + high + 1) // 2
-        memory_side, work_side = impulse_solve_cost(cfg, geometry, (side, side))
-        low, high = (side, high) if memory_side <= SOLVE_MEMORY_BUDGET and work_side <= SOLVE_WORK_BUDGET else \
-            (low, side - 1)
-    side = low
-    img, patch = geometry.get('img_size'), geometry.get('patch_size')
-    where = f'img_size={_pair(img)} / patch_size={_pair(patch)}' if img and patch else 'img_size / patch_size'
-    fits = f'grids up to {side} x {side} tokens fit' if side else 'no grid fits at this width with this solver'
-    if img and patch and side:
-        fits += (f' (img_size={side * patch[0]} at patch_size={_pair(patch)}, or patch_size='
-                 f'{-(-max(img) // side)} at img_size={_pair(img)})')
-    raise ValueError(
-        f'impulse init: the patch grid {grid[0]} x {grid[1]} ({where}) has {grid[0] * grid[1]} tokens, and its '
-        f"solve (solver={cfg.solver!r}, width {geometry['embed_dim']}) is estimated at {work:.2g} multiply-adds and "
-        f'{memory / 2 ** 30:.3g} GiB, above the budget of {SOLVE_WORK_BUDGET:.2g} multiply-adds and '
-        f'{SOLVE_MEMORY_BUDGET / 2 ** 30:.3g} GiB (each head is solved on its N x N attention map); {fits}')
-
-
-def _pair(value) -> str:
-    value = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    return str(value[0]) if value[0] == value[1] else f'{value}'
+    check_solve_budget(cfg, geometry)
 
 
 def _position_table(model: nn.Module, embed_dim: int, cfg: ImpulseCfg) -> torch.Tensor:

@@ -14,16 +14,16 @@ show the opposite signs). Public ports differ from this in ways this module does
 untransposed (so the math product becomes (R L)^T, not B), swap the two constant pairs, or draw Z uniformly;
 `noise_dist='uniform'` reproduces the last one (variance 1 / D, as in the structured-init authors' baseline).
 
-The factorizations (`truncated_factors`, `balanced_factors`) are exact for batches of square matrices. A ViT-T
-model needs 48 factorizations of 192 x 192 matrices (ViT-B 156 of 768 x 768), the main cost of a mimetic init. The
-right singular vectors V come from the symmetric eigendecomposition of the Gram matrix A^T A (cheaper than an SVD:
-for ViT-T's 48 matrices on one thread, 217 ms against 494 ms for a float64 SVD). At full rank (V/proj) every
-vector is kept and the product is A V V^T = A for any orthonormal V, so a float32 eigendecomposition serves
-(it mixes the eigenvectors of close singular values at the 1e-5 level, which moves no product; each product is
-within ~5e-7 of B, at twice the speed of float64 for D = 768). A truncation (Q/K) needs only the top k = D / h: there a float32 eigendecomposition gives the top k + 8, and a float64
+The factorizations (`truncated_factors`, `balanced_factors`) are exact for batches of square matrices. A ViT-T model
+needs 48 factorizations of 192 x 192 matrices (ViT-B 156 of 768 x 768), the main cost of a mimetic init. The right
+singular vectors V come from the symmetric eigendecomposition of the Gram matrix A^T A, which costs less than an SVD
+(docs/benchmarks.md has the timings). At full rank (V/proj) every vector is kept and the product is A V V^T = A for
+any orthonormal V, so a float32 eigendecomposition serves (it mixes the eigenvectors of close singular values at the
+1e-5 level, which moves no product; each product is within ~5e-7 of B, and float32 costs less than float64). A
+truncation (Q/K) needs only the top k = D / h: there a float32 eigendecomposition gives the top k + 8, and a float64
 Rayleigh-Ritz step on their span separates the top k to float64 accuracy (each product within ~6e-7 of the exact
-rank-k truncation, at 1.4x the speed for D = 384 and 1.8x for D = 768). The factors are then built so that they
-are right whatever the precision of the small eigenvalues:
+rank-k truncation, for less than a float64 eigendecomposition costs). The factors are then built so that they are
+right whatever the precision of the small eigenvalues:
 
     A V = U S                      (column i has norm s_i, measured, not taken from the eigenvalue)
     left  = A V / sqrt(|A v_i|)    = U S^1/2, each column of norm sqrt(s_i)
@@ -99,8 +99,8 @@ def _top_factors(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor
         v, us = basis @ ritz, projected @ ritz  # top right singular vectors (descending) and U_r S_r
     elif rank == a.shape[-1]:
         # full rank: left @ right^T = A V V^T is A for any orthonormal V, so the eigenvectors need not be separated
-        # (float32 mixes those of close singular values at ~1e-5, moving no product) and float32 serves, at twice
-        # the speed of float64 for D = 768: V^T V = I to ~1e-6, which is all the product feels
+        # (float32 mixes those of close singular values at ~1e-5, moving no product) and float32 serves, for less
+        # than float64 costs: V^T V = I to ~1e-6, which is all the product feels
         a32 = a.float()
         _, evecs = torch.linalg.eigh(a32.mT @ a32)
         v = evecs.flip(-1)  # right singular vectors, descending

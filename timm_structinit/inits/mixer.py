@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 from torch import nn
 
-from .impulse import OFFSET_POLICIES, _odd_kernel, draw_offsets_cycled, impulse_target
+from .impulse_targets import OFFSET_POLICIES, _odd_kernel, draw_offsets_cycled, impulse_target
 
 __all__ = ['MixerImpulseCfg', 'token_mixing_blocks', 'shift_matrix', 'shift_token_mlp_', 'mixer_impulse_init_']
 

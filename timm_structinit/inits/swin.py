@@ -24,7 +24,7 @@ from typing import Any, Dict, List
 import torch
 from torch import nn
 
-from .impulse import OFFSET_POLICIES, _odd_kernel, draw_offsets_cycled
+from .impulse_targets import OFFSET_POLICIES, _odd_kernel, draw_offsets_cycled
 from .mimetic import MimeticCfg, mimetic_init_, mimetic_vproj_init_
 
 __all__ = ['SwinImpulseCfg', 'window_attentions', 'impulse_bias_table', 'swin_impulse_init_', 'swin_mimetic_init_']

@@ -17,7 +17,7 @@ from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.utils import NativeScaler, load_checkpoint_metadata, unwrap_model
 
 from ..checkpoints import state_dict_mismatch
-from ..cli import error_line
+from ..command_line import error_line
 from ..kwargs import format_kwargs
 from ..data import ClassBalancedSubset, DataError, build_dataset, dataset_classes, dataset_targets
 from .checks import in_chans, mixup_active, resume_path

@@ -11,7 +11,7 @@ import yaml
 
 from .. import __version__
 from ..atomic import atomic_file
-from ..cli import OneLineArgumentParser, error_line
+from ..command_line import OneLineArgumentParser, error_line
 from ..kwargs import ParseKwargs
 from ..recipes import resolve_config, unknown_config
 

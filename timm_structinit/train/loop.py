@@ -77,23 +77,9 @@ def train_one_epoch(
         with no_sync() if no_sync is not None and not need_update else nullcontext():
             with amp_autocast():
                 loss = loss_fn(model(inputs), target)
-            scaled = loss / group if group > 1 else loss
-            if loss_scaler is not None:
-                loss_scaler(scaled, optimizer, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
-                            parameters=parameters, need_update=need_update)
-            else:
-                scaled.backward()
-                if need_update:
-                    if args.clip_grad is not None:
-                        dispatch_clip_grad(parameters, args.clip_grad, mode=args.clip_mode)
-                    optimizer.step()
+            _backward(loss / group if group > 1 else loss, optimizer, loss_scaler, args, parameters, need_update)
         if need_update:
-            optimizer.zero_grad(set_to_none=True)
-            num_updates += 1
-            if model_ema is not None:
-                model_ema.update(unwrap_model(model), step=num_updates)
-            if lr_scheduler is not None:
-                lr_scheduler.step_update(num_updates=num_updates, metric=recent_loss.avg)
+            num_updates = _after_update(num_updates + 1, model, optimizer, model_ema, lr_scheduler, recent_loss.avg)
         samples += inputs.size(0)
         loss_sum += loss.detach().double() * inputs.size(0)
         batch_time.update(time.perf_counter() - end)
@@ -112,6 +98,31 @@ def train_one_epoch(
         raise DataError('the training loader produced no batch: the training set is smaller than --batch-size '
                         '(per process, the last incomplete batch is dropped); lower --batch-size')
     return OrderedDict(loss=total_loss / total_samples, img_per_sec=total_samples / max(elapsed, 1e-9)), num_updates
+
+
+def _backward(scaled: torch.Tensor, optimizer: torch.optim.Optimizer, loss_scaler: Optional[NativeScaler],
+              args: argparse.Namespace, parameters: List[torch.Tensor], need_update: bool) -> None:
+    """ Add the batch's (scaled) loss gradient; on an update's last batch, clip as --clip-grad says and step. """
+    if loss_scaler is not None:
+        loss_scaler(scaled, optimizer, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
+                    parameters=parameters, need_update=need_update)
+    else:
+        scaled.backward()
+        if need_update:
+            if args.clip_grad is not None:
+                dispatch_clip_grad(parameters, args.clip_grad, mode=args.clip_mode)
+            optimizer.step()
+
+
+def _after_update(num_updates: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                  model_ema: Optional[ModelEmaV3], lr_scheduler, recent_loss: float) -> int:
+    """ After update `num_updates`: clear the gradients, update the EMA and the schedule, which count updates. """
+    optimizer.zero_grad(set_to_none=True)
+    if model_ema is not None:
+        model_ema.update(unwrap_model(model), step=num_updates)
+    if lr_scheduler is not None:
+        lr_scheduler.step_update(num_updates=num_updates, metric=recent_loss)
+    return num_updates
 
 
 def _log_step(loss: float, epoch: int, batch_idx: int, num_batches: int, optimizer: torch.optim.Optimizer,

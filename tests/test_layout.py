@@ -1,0 +1,112 @@
+""" The package's layout, read from its source: its modules import each other without a circle, no module imports a
+command's module but the command itself, and modules and functions stay short enough to read as one idea. """
+import ast
+from pathlib import Path
+from typing import Dict, List, Set
+
+PACKAGE = Path(__file__).resolve().parents[1] / 'timm_structinit'
+# the commands' own modules: what they hold is the command's, and what two parts share lives below them
+COMMAND_MODULES = ('timm_structinit.cli', 'timm_structinit.train.__main__')
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def _modules() -> Dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob('*.py'))}
+
+
+def _imports(name: str, path: Path, known: Set[str]) -> Set[str]:
+    """ The package's modules that `path` imports, anywhere in it (function-level imports too). """
+    package = name if path.name == '__init__.py' else name.rpartition('.')[0]
+    found: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                anchor = package.split('.')[:len(package.split('.')) - (node.level - 1)]
+                base = '.'.join(anchor + ([base] if base else []))
+            # `from pkg import mod` imports the module pkg.mod where there is one
+            targets = [f'{base}.{alias.name}' if f'{base}.{alias.name}' in known else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # `import a.b.c` also imports a and a.b
+                target = target.rpartition('.')[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def _parents(name: str) -> Set[str]:
+    """ Packages whose `__init__` runs before `name`'s: importing them from it is not a circle. """
+    parts = name.split('.')
+    return {'.'.join(parts[:i]) for i in range(1, len(parts))}
+
+
+def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """ One import circle among the package's modules (the modules in order, the first repeated), or []. """
+    state: Dict[str, int] = {}
+    stack: List[str] = []
+
+    def visit(node: str) -> List[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node] - _parents(node)):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return []
+
+
+def test_no_import_circle():
+    assert find_cycle(import_graph()) == []
+
+
+def test_no_module_imports_a_command_module():
+    graph = import_graph()
+    wrong = sorted(f'{name} imports {command}' for name, imported in graph.items() for command in COMMAND_MODULES
+                   if command in imported and name != command and name not in _parents(command))
+    assert wrong == []
+
+
+def test_no_module_over_the_line_limit():
+    long = sorted(f'{name}: {len(path.read_text().splitlines())} lines' for name, path in _modules().items()
+                  if len(path.read_text().splitlines()) > MAX_MODULE_LINES)
+    assert long == []
+
+
+def test_no_function_over_the_line_limit():
+    """ Lines from a function's first decorator to its last line, docstring included. """
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if node.end_lineno - start + 1 > MAX_FUNCTION_LINES:
+                    long.append(f'{name}.{node.name}: {node.end_lineno - start + 1} lines')
+    assert sorted(long) == []
