@@ -4,7 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 from huggingface_hub import constants
-from huggingface_hub.utils import close_session
+from huggingface_hub import utils as hub_utils
+
+# huggingface_hub 1.x closes its cached session with close_session(); 0.x drops it with reset_sessions()
+close_session = getattr(hub_utils, 'close_session', None) or hub_utils.reset_sessions
 
 from timm_structinit import model_build
 

@@ -17,6 +17,7 @@ import torch
 from timm.models import is_model, model_entrypoint
 from torch import nn
 
+from .command_line import error_line
 from .pos_embed import check_sincos_dim
 
 __all__ = ['is_package_model', 'list_models', 'model_class', 'valid_model_args', 'check_model_args',
@@ -149,9 +150,10 @@ def check_model_args(model_name: str, kwargs: Mapping[str, Any]) -> None:
 
 
 def hub_offline() -> bool:
-    """ huggingface_hub's offline mode: its `HF_HUB_OFFLINE` as read when it was imported, or as set since. """
+    """ huggingface_hub's offline mode: its `HF_HUB_OFFLINE` as read when it was imported, or as set since.
+    (`constants.HF_HUB_OFFLINE` is what its `is_offline_mode()`, new in 1.x, returns; 0.25 has the constant alone.) """
     from huggingface_hub import constants
-    return constants.is_offline_mode() or os.environ.get('HF_HUB_OFFLINE', '').upper() in constants.ENV_VARS_TRUE_VALUES
+    return constants.HF_HUB_OFFLINE or os.environ.get('HF_HUB_OFFLINE', '').upper() in constants.ENV_VARS_TRUE_VALUES
 
 
 def hub_unreachable(timeout: float = 3.0) -> Optional[str]:
@@ -160,7 +162,6 @@ def hub_unreachable(timeout: float = 3.0) -> Optional[str]:
     retries. Any HTTP answer, an error status included, means reachable: what the Hub then says is the download's. """
     from huggingface_hub import constants
     from huggingface_hub.utils import get_session
-    from .command_line import error_line
     if hub_offline():
         return 'huggingface_hub is in offline mode (HF_HUB_OFFLINE is set)'
     host = urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT
@@ -200,7 +201,7 @@ def _check_local_files(folder: str, what: str) -> None:
             raise ValueError(f'a JSON {type(config).__name__}, not an object')
     except Exception as e:
         raise ValueError(f'{what}: {os.path.abspath(path)} is not a readable config ({type(e).__name__}: '
-                         f'{" ".join(str(e).split())[:200]})') from None
+                         f'{error_line(e)[:200]})') from None
     weights = next((os.path.join(folder, n) for n in ('model.safetensors', 'pytorch_model.bin')
                     if os.path.exists(os.path.join(folder, n))), None)
     if weights is None:
@@ -214,7 +215,7 @@ def _check_local_files(folder: str, what: str) -> None:
             torch.load(weights, map_location='meta', weights_only=True, mmap=True)
     except Exception as e:
         raise ValueError(f'{what}: {os.path.abspath(weights)} is not readable weights ({type(e).__name__}: '
-                         f'{" ".join(str(e).split())[:200]})') from None
+                         f'{error_line(e)[:200]})') from None
 
 
 def check_weights_source(model: str, pretrained: bool, flag: str = '--model') -> None:
