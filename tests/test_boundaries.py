@@ -21,6 +21,7 @@ from timm_structinit import cli
 from timm_structinit import train as train_mod
 from timm_structinit.data import DataError, ImageReadError, build_dataset, folder_dataset, named_item_reads
 from timm_structinit.train import epochs as epochs_mod, output as output_mod
+from train_command import one_line, run_main
 
 TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
         'patch_size=8']
@@ -44,18 +45,6 @@ def image_folder(root: Path, classes=('cat', 'dog'), per_class: int = 4, sub: st
             for i in range(per_class):
                 Image.new('RGB', (32, 32), (40 * i, 80 + 60 * c, 120)).save(folder / f'{i}.png')
     return root
-
-
-def run_main(argv, capsys):
-    code = train_mod.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and 'Traceback' not in err, err
-    return lines[0]
 
 
 def refused(argv, capsys, status=2, *named) -> str:

@@ -26,7 +26,6 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from timm.models.mlp_mixer import MlpMixer
 
 import timm_structinit
@@ -36,6 +35,7 @@ from timm_structinit.inits.heads import find_attention
 from timm_structinit.inits.impulse import impulse_pseudo_input, impulse_target
 from timm_structinit.inits.impulse_solvers import map_metrics
 from timm_structinit.pos_embed import sincos_pos_embed
+from colour_images import write_colour_coded_splits
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(os.environ.get('TIMM_SCRIPTS_DIR') or REPO.parent / 'shared' / 'timm-scripts')
@@ -203,16 +203,7 @@ def test_impulse_maps_keep_their_target_mass_in_half_precision(name, dtype):
 @pytest.fixture(scope='module')
 def image_folder(tmp_path_factory) -> Path:
     """ train/ and val/ ImageFolder splits of colour-coded 32x32 images, 16 and 4 per class. """
-    root = tmp_path_factory.mktemp('images')
-    g = torch.Generator().manual_seed(0)
-    for split, count in (('train', 16), ('val', 4)):
-        for c, name in enumerate(CLASSES):
-            (root / split / name).mkdir(parents=True)
-            for i in range(count):
-                pixels = torch.rand(32, 32, 3, generator=g) * 80
-                pixels[..., c] += 160
-                Image.fromarray(pixels.byte().numpy()).save(root / split / name / f'{i}.png')
-    return root
+    return write_colour_coded_splits(tmp_path_factory.mktemp('images'), CLASSES, {'train': 16, 'val': 4})
 
 
 def _data(folder: Path):

@@ -20,6 +20,7 @@ from timm.data import rand_augment_transform
 import timm_structinit
 from timm_structinit.pillow_compat import posterize_zero_bits_safe_ops
 from timm_structinit.run import main as run_main
+from colour_images import write_colour_coded_splits
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(os.environ.get('TIMM_SCRIPTS_DIR') or REPO.parent / 'shared' / 'timm-scripts')
@@ -71,16 +72,7 @@ def _top1_and_loss(logits: dict):
 @pytest.fixture(scope='module')
 def image_folder(tmp_path_factory) -> Path:
     """ train/ and val/ ImageFolder splits, 6 and 2 colour-coded 32x32 images per class. """
-    root = tmp_path_factory.mktemp('images')
-    g = torch.Generator().manual_seed(0)
-    for split, count in (('train', 6), ('val', 2)):
-        for c, name in enumerate(CLASSES):
-            (root / split / name).mkdir(parents=True)
-            for i in range(count):
-                pixels = torch.rand(32, 32, 3, generator=g) * 80
-                pixels[..., c] += 160  # each class leans on one colour channel
-                Image.fromarray(pixels.byte().numpy()).save(root / split / name / f'{i}.png')
-    return root
+    return write_colour_coded_splits(tmp_path_factory.mktemp('images'), CLASSES, {'train': 6, 'val': 2})
 
 
 @pytest.fixture(scope='module')

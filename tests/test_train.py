@@ -22,6 +22,7 @@ from timm_structinit.data import DigitsDataset, ClassBalancedSubset
 
 REPO = Path(__file__).resolve().parents[1]
 from timm_structinit.recipes import RECIPES_DIR  # noqa: E402
+from train_command import run_main  # noqa: E402
 
 CONFIGS = sorted(RECIPES_DIR.glob('*.yaml'))
 SHARED_CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
@@ -50,12 +51,6 @@ def subprocess_env():
 def read_summary(path: Path):
     with open(path, newline='') as f:
         return list(csv.DictReader(f))
-
-
-def run_main(argv, capsys):
-    code = train_mod.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def state_dicts_close(a, b, key='state_dict'):
