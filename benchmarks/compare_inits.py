@@ -725,7 +725,7 @@ def report(out_dir: Path) -> None:
 def plot_curves(results: List[dict], names: List[str], out: Path, title: str, key: str = 'curve',
                 ylabel: str = 'test top-1 (%)', first_epoch: int = 1) -> None:
     """ One line per run of `results[i][key]` against the epoch, a colour per init, dashed for seed 1. """
-    from timm_structinit.figures import new_figure, save_figure
+    from timm_structinit.utils.figures import new_figure, save_figure
     from matplotlib import colormaps
     palette = colormaps['tab10' if len(names) <= 10 else 'tab20'].colors  # 11 arms in the papers' regime
     colors = {name: palette[i % len(palette)] for i, name in enumerate(names)}

@@ -147,14 +147,13 @@ MUTATIONS = [
          "            mimetic_vproj_init_(attns, MimeticCfg(vproj_sign=1), generator)\n"),),
         IMPULSE_TESTS),
     Mutation('resume-no-optimizer', "resume never restores the optimizer state", (
-        ('train/training_run.py', 'optimizer=None if args.no_resume_opt else optimizer', 'optimizer=None'),),
+        ('train/training_run.py', 'None if args.no_resume_opt else optimizer', 'None'),),
         RESUME_TESTS),
     Mutation('resume-always-optimizer', "--no-resume-opt ignored: the optimizer state restored all the same", (
-        ('train/training_run.py', 'optimizer=None if args.no_resume_opt else optimizer', 'optimizer=optimizer'),),
+        ('train/training_run.py', 'None if args.no_resume_opt else optimizer', 'optimizer'),),
         RESUME_TESTS),
     Mutation('resume-epoch-off-by-one', "a resumed run starts one epoch later than the checkpoint's next epoch", (
-        ('train/training_run.py', 'loss_scaler=loss_scaler, log_info=primary) or 0',
-         'loss_scaler=loss_scaler, log_info=primary) + 1 or 0'),),
+        ('train/resume.py', 'return start_epoch_of(meta)', 'return start_epoch_of(meta) + 1'),),
         RESUME_TESTS),
     Mutation('resume-updates-off-by-one', "a resumed run counts one epoch fewer of updates (--sched-on-updates)", (
         ('train/epochs.py', 'num_updates = run.start_epoch * updates_in(',

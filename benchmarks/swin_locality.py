@@ -28,7 +28,7 @@ import torch
 
 import timm_structinit  # noqa: F401  registers the models
 from timm_structinit.diagnostics import load_images
-from timm_structinit.family_maps import swin_window_maps
+from timm_structinit.diagnostics.family_maps import swin_window_maps
 from timm_structinit.inits.impulse import impulse_target
 from timm_structinit.inits.swin import window_attentions
 

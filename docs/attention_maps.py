@@ -16,7 +16,7 @@ import torch
 
 import timm_structinit  # noqa: F401  registers the models
 from timm_structinit.diagnostics import pseudo_input_maps
-from timm_structinit.figures import new_figure, save_figure
+from timm_structinit.utils.figures import new_figure, save_figure
 
 HERE = Path(__file__).resolve().parent
 INITS = {  # row title -> registered model

@@ -16,7 +16,8 @@ from PIL import Image
 from timm.data import auto_augment, rand_augment_transform
 
 import timm_structinit
-from timm_structinit import cli, hub, pillow_compat
+from timm_structinit import cli, hub
+from timm_structinit.data import pillow_compat
 from timm_structinit import train as train_mod
 from timm_structinit.run import main as run_main
 
@@ -97,7 +98,7 @@ def test_patch_timm_applies_both_for_the_process(tmp_path):
     code = ('import sys, timm\n'
             'import timm_structinit.patched  # what --device-modules timm_structinit.patched does\n'
             'from timm.data import auto_augment\n'
-            'from timm_structinit.pillow_compat import posterize_zero_bits_safe\n'
+            'from timm_structinit.data.pillow_compat import posterize_zero_bits_safe\n'
             'model = timm.create_model(sys.argv[1], pretrained=True)\n'
             'print(type(model).__name__, auto_augment.NAME_TO_OP["PosterizeIncreasing"] is posterize_zero_bits_safe)')
     assert _python(code, f'local-dir:{folder}').split() == ['StructVisionTransformer', str(
@@ -122,7 +123,7 @@ def _hooks_in_place() -> tuple:
 
 def test_the_training_command_trains_with_both(monkeypatch):
     seen = []
-    monkeypatch.setattr(train_mod, '_train', lambda args, device: seen.append(_hooks_in_place()) or {})
+    monkeypatch.setattr(train_mod, '_train', lambda args, inputs, device: seen.append(_hooks_in_place()) or {})
     args = train_mod.parse_args(['--dataset', 'sklearn/digits', '--device', 'cpu'])
     train_mod.train(args)
     assert seen == [(True, pillow_compat._pillow_rejects_zero_bits())]

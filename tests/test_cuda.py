@@ -34,7 +34,7 @@ from timm_structinit.inits import apply_init_cfg
 from timm_structinit.inits.heads import find_attention
 from timm_structinit.inits.impulse import impulse_pseudo_input, impulse_target
 from timm_structinit.inits.impulse_solvers import map_metrics
-from timm_structinit.pos_embed import sincos_pos_embed
+from timm_structinit.layers.pos_embed import sincos_pos_embed
 from colour_images import write_colour_coded_splits
 
 REPO = Path(__file__).resolve().parents[1]

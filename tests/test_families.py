@@ -6,7 +6,7 @@ import timm
 import torch
 
 import timm_structinit
-from timm_structinit.family_maps import family_summary, mixer_mixing_maps, swin_window_maps
+from timm_structinit.diagnostics.family_maps import family_summary, mixer_mixing_maps, swin_window_maps
 from timm_structinit.inits import model_family
 from timm_structinit.inits.impulse import impulse_target
 from timm_structinit.inits.mixer import shift_matrix

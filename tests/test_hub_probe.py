@@ -9,7 +9,7 @@ from huggingface_hub import utils as hub_utils
 # huggingface_hub 1.x closes its cached session with close_session(); 0.x drops it with reset_sessions()
 close_session = getattr(hub_utils, 'close_session', None) or hub_utils.reset_sessions
 
-from timm_structinit import model_build
+from timm_structinit.hub import probe
 
 # nothing listens on port 9 of this machine (discard): a connection there is refused at once
 CLOSED = 'http://127.0.0.1:9'
@@ -27,7 +27,7 @@ def fresh_session(monkeypatch):
 
 def test_a_mirror_is_probed_not_huggingface_co(monkeypatch):
     monkeypatch.setattr(constants, 'ENDPOINT', CLOSED)
-    why = model_build.hub_unreachable(timeout=5)
+    why = probe.hub_unreachable(timeout=5)
     assert why is not None and why.startswith('127.0.0.1 is unreachable (') and 'huggingface.co' not in why
 
 
@@ -38,7 +38,7 @@ def test_the_probe_goes_through_the_proxy(monkeypatch):
     for name in ('HTTPS_PROXY', 'https_proxy', 'ALL_PROXY', 'all_proxy', 'NO_PROXY', 'no_proxy'):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv('HTTPS_PROXY', CLOSED)
-    why = model_build.hub_unreachable(timeout=5)
+    why = probe.hub_unreachable(timeout=5)
     assert why is not None and why.startswith('hub.invalid is unreachable (') and 'refused' in why.lower()
 
 
@@ -51,7 +51,7 @@ def test_any_http_answer_means_reachable(monkeypatch):
             return SimpleNamespace(status_code=503)  # what the Hub says is the download's to report
 
     monkeypatch.setattr('huggingface_hub.utils.get_session', lambda: Session())
-    assert model_build.hub_unreachable(timeout=2.0) is None
+    assert probe.hub_unreachable(timeout=2.0) is None
     assert requests == [(constants.ENDPOINT, 2.0)]
 
 
@@ -62,5 +62,5 @@ def test_offline_mode_is_huggingface_hubs(monkeypatch, how):
     else:  # or set since
         monkeypatch.setenv('HF_HUB_OFFLINE', 'yes')
     monkeypatch.setattr('huggingface_hub.utils.get_session', lambda: pytest.fail('no request in offline mode'))
-    assert model_build.hub_offline()
-    assert 'offline mode' in model_build.hub_unreachable()
+    assert probe.hub_offline()
+    assert 'offline mode' in probe.hub_unreachable()

@@ -11,7 +11,7 @@ from timm_structinit.inits.impulse_solvers import dense_target
 from timm_structinit.inits.impulse_solvers import (
     attention_maps, impulse_objective, solve_adam, solve_fast, solve_svd)
 from timm_structinit.inits.impulse import pseudo_input
-from timm_structinit.vision_transformer import default_cfgs
+from timm_structinit.models.vision_transformer import default_cfgs
 
 IMPULSE_MODELS = sorted(n for n in default_cfgs if 'impulse' in n and not n.endswith('impulse2025'))
 IMPULSE2025_MODELS = sorted(n for n in default_cfgs if n.endswith('impulse2025'))

@@ -9,7 +9,7 @@ from timm_structinit.diagnostics import qk_products, vproj_product
 from timm_structinit.inits.heads import find_attention, read_qk
 from timm_structinit.inits.impulse import impulse_target
 from timm_structinit.inits.impulse_solvers import attention_maps, map_metrics
-from timm_structinit.pos_embed import sincos_pos_embed
+from timm_structinit.layers.pos_embed import sincos_pos_embed
 
 SMALL = dict(img_size=32, patch_size=4, embed_dim=64, depth=3, num_heads=4)
 

@@ -13,7 +13,7 @@ from timm_structinit.inits.heads import find_attention
 from timm_structinit.inits.impulse import impulse_target, pseudo_input, window_offsets
 from timm_structinit.inits.impulse_solvers import attention_maps, impulse_objective, solve_fast
 from timm_structinit.inits.lbfgs import minimize
-from timm_structinit.vision_transformer import default_cfgs
+from timm_structinit.models.vision_transformer import default_cfgs
 
 
 @pytest.fixture

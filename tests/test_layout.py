@@ -1,5 +1,8 @@
-""" The package's layout, read from its source: its modules import each other without a circle, no module imports a
-command's module but the command itself, and modules and functions stay short enough to read as one idea. """
+""" The package's layout, read from its source: its modules import each other without a circle (a name taken from
+a parent package's `__init__` counts, as it needs that `__init__` to have run), no module imports a command's module
+but the command itself, the top level holds only the face, the version, the errors, the commands' entry points and
+the modules that must stay importable where they are, and modules and functions stay short enough to read as one
+idea. """
 import ast
 from pathlib import Path
 from typing import Dict, List, Set
@@ -7,6 +10,10 @@ from typing import Dict, List, Set
 PACKAGE = Path(__file__).resolve().parents[1] / 'timm_structinit'
 # the commands' own modules: what they hold is the command's, and what two parts share lives below them
 COMMAND_MODULES = ('timm_structinit.cli', 'timm_structinit.train.__main__')
+# the top level: the face and the version, the error types, the `timm-structinit` entry point, `python -m
+# timm_structinit.run` and `--device-modules timm_structinit.patched`; everything else lives in a folder of its kind
+TOP_LEVEL_MODULES = {'__init__.py', 'version.py', 'errors.py', 'cli.py', 'run.py', 'patched.py'}
+TOP_LEVEL_FOLDERS = {'models', 'inits', 'layers', 'data', 'diagnostics', 'hub', 'train', 'recipes', 'utils'}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -21,10 +28,16 @@ def _modules() -> Dict[str, Path]:
 
 
 def _imports(name: str, path: Path, known: Set[str]) -> Set[str]:
-    """ The package's modules that `path` imports, anywhere in it (function-level imports too). """
+    """ The package's modules that `path` imports, anywhere in it (function-level imports too). A name taken from a
+    package (`from .. import __version__`) is an import of that package's `__init__`, a parent's included: the name
+    exists only once that `__init__` has run that far. """
+    return _imports_source(name, path, path.read_text(), known)
+
+
+def _imports_source(name: str, path: Path, source: str, known: Set[str]) -> Set[str]:
     package = name if path.name == '__init__.py' else name.rpartition('.')[0]
     found: Set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source, str(path))):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -41,6 +54,9 @@ def _imports(name: str, path: Path, known: Set[str]) -> Set[str]:
                 target = target.rpartition('.')[0]
             if target and target != name:
                 found.add(target)
+                # the packages a submodule lies in run their `__init__` first, but those this module lies in: they
+                # are already running
+                found.update(p for p in _parents(target) if p in known and p not in _parents(name) and p != name)
     return found
 
 
@@ -51,7 +67,7 @@ def import_graph() -> Dict[str, Set[str]]:
 
 
 def _parents(name: str) -> Set[str]:
-    """ Packages whose `__init__` runs before `name`'s: importing them from it is not a circle. """
+    """ The packages `name` lies in. """
     parts = name.split('.')
     return {'.'.join(parts[:i]) for i in range(1, len(parts))}
 
@@ -64,7 +80,7 @@ def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
     def visit(node: str) -> List[str]:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(graph[node] - _parents(node)):
+        for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
                 return stack[stack.index(nxt):] + [nxt]
             if nxt not in state:
@@ -85,6 +101,27 @@ def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
 
 def test_no_import_circle():
     assert find_cycle(import_graph()) == []
+
+
+def test_a_name_from_the_package_face_is_a_circle():
+    """ The check sees the circle a submodule makes by taking a name from the face that imports it. """
+    graph = {'timm_structinit': {'timm_structinit.hub'}, 'timm_structinit.hub': {'timm_structinit.hub.export'},
+             'timm_structinit.hub.export': {'timm_structinit'}}
+    assert find_cycle(graph) == ['timm_structinit', 'timm_structinit.hub', 'timm_structinit.hub.export',
+                                 'timm_structinit']
+    source = 'from .. import __version__\n'
+    known = {'timm_structinit', 'timm_structinit.hub', 'timm_structinit.hub.export'}
+    path = PACKAGE / 'hub' / 'export.py'
+    assert _imports_source('timm_structinit.hub.export', path, source, known) == {'timm_structinit'}
+
+
+def test_the_top_level_holds_the_face_and_folders_by_kind():
+    entries = {p.name for p in PACKAGE.iterdir() if p.name != '__pycache__' and not p.name.startswith('.')}
+    modules = {name for name in entries if name.endswith('.py')}
+    folders = {name for name in entries if (PACKAGE / name).is_dir()}
+    assert modules - TOP_LEVEL_MODULES == set()
+    assert folders - TOP_LEVEL_FOLDERS == set()
+    assert all((PACKAGE / folder / '__init__.py').is_file() for folder in folders)
 
 
 def test_no_module_imports_a_command_module():

@@ -5,8 +5,8 @@ import timm.optim
 import torch
 
 import timm_structinit
-from timm_structinit.pos_embed import sincos_pos_embed
-from timm_structinit.vision_transformer import default_cfgs
+from timm_structinit.layers.pos_embed import sincos_pos_embed
+from timm_structinit.models.vision_transformer import default_cfgs
 
 REGISTERED = sorted(default_cfgs)
 SMALL = dict(depth=2)  # the registered width and heads, fewer blocks: fast but the real per-block shapes

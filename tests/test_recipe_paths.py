@@ -165,7 +165,7 @@ def test_train_and_eval_splits_with_other_classes_are_refused(tmp_path, capsys):
 def test_a_failed_swap_restores_the_previous_export(tmp_path, monkeypatch):
     """ --force replaces an export by renames: the old folder aside, the new one in. When the second rename fails,
     the old export is put back as it was and nothing else is left beside it. """
-    import timm_structinit.atomic as atomic
+    import timm_structinit.utils.atomic as atomic
     target = tmp_path / 'export'
     hub.export_model(MODEL, target, seed=1, model_kwargs=MODEL_KWARGS)
     before = {p.name: p.read_bytes() for p in target.iterdir()}

@@ -187,7 +187,7 @@ class TestPosEmbedScale:
 
     @staticmethod
     def unscaled(model, grid):
-        from timm_structinit.pos_embed import sincos_pos_embed
+        from timm_structinit.layers.pos_embed import sincos_pos_embed
         prefix = 0 if model.no_embed_class else model.num_prefix_tokens
         return sincos_pos_embed(grid, model.embed_dim, num_prefix_tokens=prefix)
 

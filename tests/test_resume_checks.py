@@ -166,13 +166,13 @@ def test_a_renamed_checkpoint_starts_a_new_folder(run_dir, tmp_path, capsys):
     assert len(list((tmp_path / 'o').iterdir())) == 1
 
 
-def test_whatever_torch_load_raises_while_restoring_is_one_line(run_dir, capsys, monkeypatch):
+def test_whatever_the_tensors_raise_while_restoring_is_one_line(run_dir, capsys, monkeypatch):
     """ A checkpoint whose index reads but whose tensors do not: torch's own error, of a type nobody listed. """
     import pickle
 
     def damaged(*args, **kwargs):
         raise pickle.UnpicklingError('invalid load key, \'\\x00\'.')
-    monkeypatch.setattr(training_run, 'resume_checkpoint', damaged)
+    monkeypatch.setattr(training_run, 'restore_checkpoint', damaged)
     before = snapshot(run_dir)
     code, out, err = run_main([*RUN, '--resume', run_dir], capsys)
     line = one_line(err)

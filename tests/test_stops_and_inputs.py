@@ -155,7 +155,7 @@ def test_a_stop_while_the_loader_forks_is_raised_after_it():
 def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
     """ Importing torch and timm takes seconds before a command's own handlers are in place. """
     script = ('import os, signal, sys, time; sys.argv[0] = "timm-structinit-train"; '
-              'from timm_structinit.startup import quiet_startup_stops; quiet_startup_stops(); '
+              'from timm_structinit.utils.startup import quiet_startup_stops; quiet_startup_stops(); '
               f'os.kill(os.getpid(), {int(signum)}); time.sleep(30)')
     done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, env=ENV, timeout=60)
     assert done.returncode == 128 + signum, done.stderr
@@ -198,7 +198,7 @@ print('torch imported without a stop', file=sys.stderr)
 def test_a_stop_inside_torchs_native_start_up_is_one_line(delay):
     """ A stop handled while torch's C++ runs Python code cannot raise through the C++ (the process used to abort
     with a C++ report and status 134); it ends with the one line. """
-    path = str(Path(timm_structinit.__file__).parent / 'startup.py')
+    path = str(Path(timm_structinit.__file__).parent / 'utils' / 'startup.py')
     script = _STOP_IN_NATIVE_CODE.format(path=path, delay=delay)
     done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, env=ENV, timeout=120)
     if 'torch imported without a stop' in done.stderr:
@@ -344,9 +344,9 @@ def test_devices_and_weights_that_are_not_here_are_refused_at_once(argv, named, 
 
 
 def test_an_unreachable_hub_is_said_at_once(monkeypatch, capsys):
-    from timm_structinit import model_build
+    from timm_structinit.hub import probe
     monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
-    monkeypatch.setattr(model_build, 'hub_unreachable', lambda timeout=3.0: 'huggingface.co is unreachable (test)')
+    monkeypatch.setattr(probe, 'hub_unreachable', lambda timeout=3.0: 'huggingface.co is unreachable (test)')
     assert train_mod.main(['--dataset', 'sklearn/digits', '--model', 'hf-hub:org/x']) == 2
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and 'huggingface.co is unreachable' in err and 'HF_HUB_OFFLINE=1' in err

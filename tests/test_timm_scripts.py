@@ -18,7 +18,7 @@ from PIL import Image
 from timm.data import rand_augment_transform
 
 import timm_structinit
-from timm_structinit.pillow_compat import posterize_zero_bits_safe_ops
+from timm_structinit.data.pillow_compat import posterize_zero_bits_safe_ops
 from timm_structinit.run import main as run_main
 from colour_images import write_colour_coded_splits
 
@@ -161,7 +161,7 @@ def test_benchmark_script(tmp_path):
           '--results-file', results, '--results-format', 'json'], cwd=tmp_path)
     result = json.loads(results.read_text())
     result = result[0] if isinstance(result, list) else result
-    model = timm_structinit.vision_transformer.vit_tiny_patch2_32_mimetic(embed_dim=32, depth=1, num_heads=2,
+    model = timm_structinit.models.vision_transformer.vit_tiny_patch2_32_mimetic(embed_dim=32, depth=1, num_heads=2,
                                                                           patch_size=8)
     assert result['model'] == 'vit_tiny_patch2_32_mimetic' and result['infer_batch_size'] == 2
     assert result['param_count'] == round(sum(p.numel() for p in model.parameters()) / 1e6, 2)

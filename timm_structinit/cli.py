@@ -22,10 +22,10 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
-from . import __version__
-from .command_line import (  # noqa: F401  part of this module's API
-    OneLineArgumentParser, error_line, exit_status, output_closed)
-from .kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
+from .errors import HubError, RunStopped, exit_status
+from .utils.command_line import OneLineArgumentParser, error_line, output_closed  # noqa: F401  part of this API
+from .utils.kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
+from .version import __version__
 
 __all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'format_kwargs',
            'OneLineArgumentParser', 'error_line', 'exit_status', 'output_closed']
@@ -58,7 +58,7 @@ def register_command(
 
 def _seed(text: str) -> int:
     """ argparse type of --seed: `seeds.check_seed`'s range. """
-    from .seeds import check_seed
+    from .utils.seeds import check_seed
     try:
         return check_seed(int(text))
     except ValueError:
@@ -206,7 +206,7 @@ def _run_show(args: argparse.Namespace) -> int:
         print(format_summary(summarize(model, images)))
         plot_layer(model, args.layer, out, images=images, title=title)
     else:
-        from .family_maps import family_summary, plot_family_layer
+        from .diagnostics.family_maps import family_summary, plot_family_layer
         print(f'{"layer":>5} {"head":>4} {"offset":>8} {"mass":>6}')
         for r in family_summary(model, images):
             print(f'{r["layer"]:5d} {r["head"]:4d} {str(r["offset"]):>8} {r["mass"]:6.3f}')
@@ -262,7 +262,7 @@ def _add_models_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_models(args: argparse.Namespace) -> int:
     import timm
-    from .model_build import list_models
+    from .models import list_models
     names = list_models(args.filter)
     if not names:
         raise ValueError(f'no model of this package matches {args.filter!r}; the filter takes timm\'s wildcards '
@@ -297,11 +297,6 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
                 if isinstance(action, argparse._SubParsersAction))
 
 
-def _expected_errors() -> tuple:
-    from .hub import HubError
-    return ValueError, OSError, HubError
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """ Run the command line with `argv` (default: sys.argv[1:]) and return the exit code. """
     parser = build_parser()
@@ -310,18 +305,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _subparser(parser, args.command).error(f'unrecognized arguments: {" ".join(unknown)}')
     # library warnings are still shown, but as plain lines
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s: %(message)s')
-    from .train.failures import RunStopped, stop_on_signals  # here: the training package imports this module
+    from .train.failures import stop_on_signals  # here: the training package is imported by a command that runs
     restore_signals = stop_on_signals()  # SIGTERM and SIGHUP as Ctrl-C: what a command was writing is removed
     try:
         return COMMANDS[args.command].run(args)
     except KeyboardInterrupt as e:
         name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
         print(f'{PROG} {args.command}: interrupted{name}', file=sys.stderr)
-        return 128 + getattr(e, 'signum', 2)
+        return exit_status(e)
     except BrokenPipeError:
         print(f'{PROG} {args.command}: error: {output_closed()}', file=sys.stderr)
         return 1
-    except _expected_errors() as e:
+    except (ValueError, OSError, HubError) as e:
         print(f'{PROG} {args.command}: error: {error_line(e)}', file=sys.stderr)
         return exit_status(e)
     finally:

@@ -1,8 +1,8 @@
 """ `import timm_structinit.patched`: the package's models, and its two changes to timm for the whole process
-(`timm_patches.patch_timm`). For timm's own train.py, whose `--device-modules` imports modules and calls nothing:
+(`utils.timm_patches.patch_timm`). For timm's own train.py, whose `--device-modules` imports modules and calls nothing:
 
     python train.py --device-modules timm_structinit.patched -c RECIPE.yaml
 """
-from .timm_patches import patch_timm
+from .utils.timm_patches import patch_timm
 
 patch_timm()

@@ -24,7 +24,7 @@ import yaml
 
 import timm_structinit  # noqa: F401  (registers the models)
 from timm_structinit.recipes import resolve_config
-from timm_structinit.timm_patches import patched_timm
+from timm_structinit.utils.timm_patches import patched_timm
 
 __all__ = ['run_script', 'main', 'with_recipe_files', 'with_available_device', 'available_device']
 

@@ -4,11 +4,12 @@ An export is a folder of `config.json` (written by timm's `save_for_hf`), `model
 card. Plain timm loads it, `timm.create_model('local-dir:DIR', pretrained=True)` or `'hf-hub:ORG/NAME'`, as its own
 `VisionTransformer` with the same outputs; inside `registered_exports()` (or after `install_config_hook()`) the same
 call builds the registered model (see `plain_timm`). Uploads use huggingface_hub with the token it finds itself
-(`HF_TOKEN` or `hf auth login`).
+(`HF_TOKEN` or `hf auth login`). `probe` checks, before any work, that the weights a model names can be reached.
 """
-from ..checkpoints import state_dict_mismatch
+from ..errors import HubError
+from ..utils.checkpoints import state_dict_mismatch
 from .card import model_card
-from .export import EXPORT_FILES, HubError, PushResult, build_model, export_model, list_export_files, push_model
+from .export import EXPORT_FILES, PushResult, build_model, export_model, list_export_files, push_model
 from .plain_timm import install_config_hook, registered_exports
 
 __all__ = ['HubError', 'PushResult', 'build_model', 'export_model', 'push_model', 'list_export_files',

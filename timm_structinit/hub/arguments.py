@@ -2,7 +2,6 @@
 its arguments, the seed, the checkpoint, the Hub repo id and branch, and the export's target folder. Each failure is
 an error naming the bad value and what would be valid. """
 import difflib
-import inspect
 import json
 import os
 import re
@@ -13,24 +12,17 @@ from typing import Any, Dict, Mapping, Optional, Union
 import huggingface_hub
 import timm
 from timm.models import is_model, model_entrypoint
-from torch import nn
 
-from ..model_build import check_model_args
-from ..seeds import check_seed
+from ..models import StructMlpMixer, StructSwinTransformer, StructVisionTransformer
+from ..models.registry import check_model_args, is_package_model, valid_model_args
+from ..utils.seeds import check_seed
 from .upload import _one_line
 
 PathLike = Union[str, os.PathLike]
 
 
-def _is_package_model(model_name: str) -> bool:
-    return model_entrypoint(model_name).__module__.startswith('timm_structinit.')
-
-
 def _model_class(model_name: str) -> type:
     """ The class a package entrypoint builds (the one class its module defines for it). """
-    from ..mlp_mixer import StructMlpMixer
-    from ..swin_transformer import StructSwinTransformer
-    from ..vision_transformer import StructVisionTransformer
     classes = {cls.__module__: cls for cls in (StructVisionTransformer, StructSwinTransformer, StructMlpMixer)}
     return classes[model_entrypoint(model_name).__module__]
 
@@ -42,11 +34,8 @@ def _check_model_kwargs(model_name: str, model_kwargs: Any) -> Dict[str, Any]:
     for key in kwargs.keys() & {'pretrained', 'pretrained_cfg', 'checkpoint_path', 'features_only'}:
         raise ValueError(f'model_kwargs may not set {key!r}: export builds the model itself (trained weights come '
                          f'from checkpoint= / --checkpoint) and writes the registered pretrained_cfg')
-    if _is_package_model(model_name):  # timm's own models check their arguments themselves
-        model_cls = _model_class(model_name)
-        valid = sorted({p for cls in model_cls.__mro__ if '__init__' in vars(cls) and cls is not nn.Module
-                        for p in inspect.signature(cls.__init__).parameters} - {'self', 'args', 'kwargs'}
-                       | {'out_indices'})
+    if is_package_model(model_name):  # timm's own models check their arguments themselves
+        valid = valid_model_args(_model_class(model_name))
         unknown = sorted(set(kwargs) - set(valid))
         if unknown:
             close = sorted({m for k in unknown for m in difflib.get_close_matches(k, valid, n=3)})
@@ -63,7 +52,7 @@ def _check_model_kwargs(model_name: str, model_kwargs: Any) -> Dict[str, Any]:
 def _check_build_args(model_name: Any, seed: Any, model_kwargs: Any, checkpoint: Any, use_ema: Any) -> Dict[str, Any]:
     """ The checked model_kwargs; ValueError (FileNotFoundError for a missing checkpoint) naming the bad value. """
     if not isinstance(model_name, str) or not is_model(model_name) or any(c in model_name for c in ':/.'):
-        ours = [m for m in timm.list_models() if _is_package_model(m)]
+        ours = [m for m in timm.list_models() if is_package_model(m)]
         close = list(dict.fromkeys(difflib.get_close_matches(str(model_name), ours + timm.list_models(), cutoff=0.6)))
         raise ValueError(f'unknown model {model_name!r}; ' + (f'close names: {", ".join(close)}' if close else
                          f'models of this package: {", ".join(ours)}') + ' (a registered name, without a Hub prefix '

@@ -11,7 +11,7 @@ import timm
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from torch import nn
 
-from ..kwargs import format_kwargs
+from ..utils.kwargs import format_kwargs
 from .plain_timm import CONFIG_KEY
 
 # arXiv id -> (authors, title, year) of the papers the inits come from

@@ -19,16 +19,17 @@ from timm.models import get_model_args, is_model, load_state_dict, save_for_hf
 from timm.utils import load_checkpoint_metadata
 from torch import nn
 
-from .. import __version__
-from ..atomic import atomic_dir, write_refused
-from ..checkpoints import state_dict_mismatch
+from ..errors import HubError
 from ..inits import rest_init_of
+from ..models.registry import is_package_model
+from ..utils.atomic import atomic_dir, write_refused
+from ..utils.checkpoints import state_dict_mismatch
+from ..version import __version__
 from .arguments import (
-    _check_build_args, _check_flags, _check_model_kwargs, _check_out_dir, _check_push_args, _check_target,
-    _is_package_model)
+    _check_build_args, _check_flags, _check_model_kwargs, _check_out_dir, _check_push_args, _check_target)
 from .card import model_card
 from .plain_timm import CONFIG_KEY, plain_timm_config
-from .upload import HubError, _one_line, _upload
+from .upload import _one_line, _upload
 
 _logger = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def _build(model_name: str, seed: int, kwargs: Dict[str, Any], checkpoint: Optio
         trained = dict(num_classes=args.get('num_classes'), global_pool=args.get('gp') or None, in_chans=input_size[0])
         trained = {**{k: v for k, v in trained.items() if v is not None}, **(args.get('model_kwargs') or {})}
         kwargs = _check_model_kwargs(model_name, {**trained, **kwargs})
-    elif _is_package_model(model_name):
+    elif is_package_model(model_name):
         # the init's own generator gets the seed too, so the attention weights do not depend on timm's draws
         kwargs = {'struct_init_seed': int(seed), **kwargs}
     with torch.random.fork_rng(devices=[]):

@@ -5,13 +5,10 @@ from typing import Any, Optional
 
 import huggingface_hub
 
-from .. import __version__
+from ..errors import HubError
+from ..version import __version__
 
 __all__ = ['HubError']
-
-
-class HubError(RuntimeError):
-    """ A Hub request failed (network, authentication, permissions): the message is one line and holds no token. """
 
 
 def _one_line(error: Any) -> str:

@@ -30,7 +30,7 @@ from .mimetic import MimeticCfg, mimetic_init_
 from .mixer import MixerImpulseCfg, mixer_impulse_init_, token_mixing_blocks
 from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window_attentions
 from .threads import one_thread
-from ..seeds import check_seed
+from ..utils.seeds import check_seed
 
 __all__ = ['StructInit', 'FamilyInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init',
            'apply_init_cfg', 'check_init_cfg', 'model_geometry', 'model_family', 'reset_parameters_', 'rest_init_of']

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..pos_embed import set_pos_embed_scale_, sincos_pos_embed
+from ..layers.pos_embed import set_pos_embed_scale_, sincos_pos_embed
 from .heads import write_qk_, zero_attention_bias_
 from .impulse_budget import (  # noqa: F401  the solve's cost and budget, importable from the init too
     SOLVE_MEMORY_BUDGET, SOLVE_WORK_BUDGET, check_solve_budget, impulse_solve_cost)

@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from ..pos_embed import sincos_pos_embed
+from ..layers.pos_embed import sincos_pos_embed
 from .impulse_solvers import solve_cost
 
 __all__ = ['impulse_solve_cost', 'check_solve_budget', 'SOLVE_MEMORY_BUDGET', 'SOLVE_WORK_BUDGET']

@@ -13,22 +13,23 @@ this package's models as `python -m timm_structinit.run path/to/train.py ...`.
 """
 import argparse
 import logging
-import signal
 import sys
 from typing import Any, Dict, Optional, Sequence
 
 import torch
 from timm.utils import init_distributed_device
 
-from ..command_line import error_line, output_closed
-from ..data import DataError, ImageReadError
-from ..seeds import seed_everything  # noqa: F401  part of this module's API
-from ..timm_patches import patched_timm
+from ..errors import (
+    WORK_FAILED, ConfigError, DataError, ImageReadError, OutputWriteError, RunStopped, exit_status)
+from ..utils.command_line import error_line, output_closed
+from ..utils.seeds import seed_everything  # noqa: F401  part of this module's API
+from ..utils.timm_patches import patched_timm
 from .checks import check_args
-from .config import PROG, ConfigError, build_parser, parse_args
-from .failures import RunStopped, post_failure, posted_failure, rank, stop_on_signals, world_size
+from .config import PROG, build_parser, parse_args
+from .failures import post_failure, posted_failure, rank, stop_on_signals, world_size
+from .inputs import RunInputs, read_inputs
 from .loop import seed_epoch, train_one_epoch, validate
-from .output import OutputWriteError, plot_summary
+from .output import plot_summary
 from .training_run import _train
 
 __all__ = ['main', 'train', 'parse_args', 'check_args', 'build_parser', 'ConfigError', 'train_one_epoch', 'validate',
@@ -48,8 +49,11 @@ class _OutputStreamHandler(logging.StreamHandler):
         super().handleError(record)
 
 
-def train(args: argparse.Namespace) -> Dict[str, Any]:
-    """ Train as `args` says (already checked by `check_args`); returns the outcome and the output folder. """
+def train(args: argparse.Namespace, inputs: Optional[RunInputs] = None) -> Dict[str, Any]:
+    """ Train as `args` says, already checked by `check_args`, from the inputs it returned (read again when not
+    given); returns the outcome and the output folder. """
+    if inputs is None:
+        inputs = read_inputs(args)
     device = init_distributed_device(args)
     if not logging.root.handlers:
         handler = _OutputStreamHandler(sys.stdout)
@@ -60,7 +64,7 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
     logging.getLogger('timm').setLevel(logging.WARNING)
     try:
         with patched_timm():  # exports load as the registered models; RandAugment on Pillow >= 13
-            return _train(args, device)
+            return _train(args, inputs, device)
     finally:
         if args.distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
@@ -74,18 +78,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     restore_signals = stop_on_signals()
     try:
         args = parse_args(argv)
-        check_args(args)
-        train(args)
-    except (ConfigError, DataError) as e:
-        return _failed(2, e)
-    except (FloatingPointError, ImageReadError, OutputWriteError) as e:
-        return _failed(1, e)
+        train(args, check_args(args))
+    except (ConfigError, DataError, FloatingPointError, ImageReadError, OutputWriteError) as e:
+        return _failed(exit_status(e), e)
     except BrokenPipeError:
-        return _failed(1, BrokenPipeError(output_closed()))
+        return _failed(WORK_FAILED, BrokenPipeError(output_closed()))
     except (MemoryError, torch.OutOfMemoryError) as e:
-        return _failed(1, _out_of_memory(e))
+        return _failed(WORK_FAILED, _out_of_memory(e))
     except KeyboardInterrupt as e:
-        status = 128 + getattr(e, 'signum', signal.SIGINT)
+        status = exit_status(e)
         peer_status = _peer_failed(None)
         if peer_status is not None:
             return peer_status
@@ -98,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if status is not None:
             return status
         if _is_allocation_failure(e):  # the CPU allocator's (and other backends') out of memory
-            return _failed(1, _out_of_memory(e))
+            return _failed(WORK_FAILED, _out_of_memory(e))
         raise
     finally:
         restore_signals()

@@ -12,17 +12,18 @@ import torch
 import torch.nn as nn
 from timm.data import FastCollateMixup, Mixup, create_loader, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-from timm.models import clean_state_dict, create_model, load_checkpoint, load_state_dict
+from timm.models import create_model, load_checkpoint
 from timm.optim import create_optimizer_v2, optimizer_kwargs
-from timm.utils import NativeScaler, load_checkpoint_metadata, unwrap_model
+from timm.utils import NativeScaler, unwrap_model
 
-from ..checkpoints import state_dict_mismatch
-from ..command_line import error_line
-from ..kwargs import format_kwargs
-from ..data import ClassBalancedSubset, DataError, build_dataset, dataset_classes, dataset_targets
-from .checks import in_chans, mixup_active, resume_path
-from .config import ConfigError
+from ..data import ClassBalancedSubset, build_dataset, dataset_classes, dataset_targets
+from ..errors import ConfigError, DataError
+from ..utils.checkpoints import state_dict_mismatch
+from ..utils.command_line import error_line
+from ..utils.kwargs import format_kwargs
+from .checks import mixup_active
 from .failures import quiet_worker_starts
+from .inputs import RunInputs, checkpoint_state_dict, in_chans, model_factory_kwargs
 
 _logger = logging.getLogger('train')
 
@@ -80,24 +81,13 @@ def _reader_message(error: BaseException) -> str:
     return line if isinstance(error, (ValueError, TypeError)) else f'{type(error).__name__}: {line}'
 
 
-def read_checkpoint(path: str, flag: str) -> Any:
-    """ A checkpoint's content, tensors memory-mapped (cheap); an unreadable file is the flag's error. """
-    try:
-        return load_checkpoint_metadata(path)
-    except Exception as e:  # truncated or foreign file: say so instead of a traceback
-        raise ConfigError(f'{flag} {path!r} is not a readable checkpoint ({_reader_message(e)})') from None
-
-
 def check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag: str, path: str,
                           args: argparse.Namespace, meta: Any = None) -> None:
-    """ Refuse a checkpoint whose weights do not fit `model`, saying which model it is for and which keys differ. """
+    """ Refuse a checkpoint whose weights do not fit `model`, saying which model it is for and which keys differ;
+    `meta` is the checkpoint's content when it is a training checkpoint (its model and arguments name the fix). """
     mismatch = state_dict_mismatch(model.state_dict(), state_dict)
     if not mismatch:
         return
-    try:  # a timm training checkpoint records the model and its arguments
-        meta = load_checkpoint_metadata(path) if meta is None else meta
-    except Exception:
-        pass
     arch = meta.get('arch') if isinstance(meta, dict) else None
     saved_kwargs = getattr(meta.get('args'), 'model_kwargs', None) if isinstance(meta, dict) else None
     ours = f'--model {args.model}' + (f' with model_kwargs {args.model_kwargs}' if args.model_kwargs else '')
@@ -112,15 +102,12 @@ def check_checkpoint_fits(model: nn.Module, state_dict: Mapping[str, Any], flag:
     raise ConfigError(f'{flag} {path!r} does not fit {ours}: it holds {theirs} (keys: {mismatch}); {hint}')
 
 
-def build_model(args: argparse.Namespace) -> nn.Module:
-    """ The model as the options and model_kwargs say, with the weights of --initial-checkpoint; a --resume
-    checkpoint that would not fit it is refused here, before any data is loaded into it. """
-    # check_args refused options that contradict model_kwargs; model_kwargs fill in the options left unset
-    factory_kwargs = {**dict(
-        in_chans=in_chans(args), num_classes=args.num_classes, drop_rate=args.drop, drop_path_rate=args.drop_path,
-        drop_block_rate=args.drop_block, global_pool=args.gp), **args.model_kwargs}
+def build_model(args: argparse.Namespace, inputs: RunInputs) -> nn.Module:
+    """ The model as the options and model_kwargs say (`model_factory_kwargs`, what the checks built on the meta
+    device), with the weights of --initial-checkpoint; a --resume checkpoint that would not fit it (the data may
+    have given it another number of classes) is refused here, before any data is loaded into it. """
     try:
-        model = create_model(args.model, pretrained=args.pretrained, **factory_kwargs)
+        model = create_model(args.model, pretrained=args.pretrained, **model_factory_kwargs(args))
     except OSError as e:  # pretrained weights or a Hub config that could not be fetched
         raise ConfigError(f'--model {args.model!r}{" --pretrained" if args.pretrained else ""}: cannot load its '
                           f'weights or config ({type(e).__name__}: {error_line(e)})') from None
@@ -128,27 +115,18 @@ def build_model(args: argparse.Namespace) -> nn.Module:
         raise ConfigError(f'cannot build --model {args.model!r} with model_kwargs {args.model_kwargs}: '
                           f'{_reader_message(e)}') from None
     path = args.initial_checkpoint
-    if path and path.lower().endswith(('.npz', '.npy')):
+    if path and inputs.initial_weights is None:
         try:
             load_checkpoint(model, path)  # JAX weights: the model's own loader, as timm does
         except Exception as e:  # numpy's reader, or the model's own loader on arrays it does not expect
             raise ConfigError(f'--initial-checkpoint {path!r} cannot be loaded into --model {args.model} '
                               f'({_reader_message(e)})') from None
     elif path:
-        try:  # timm's choice of weights: the EMA ones when the checkpoint has them
-            state_dict = load_state_dict(path, use_ema=True)
-        except Exception as e:  # truncated or foreign file
-            raise ConfigError(f'--initial-checkpoint {path!r} is not a readable checkpoint '
-                              f'({type(e).__name__}: {error_line(e)})') from None
-        check_checkpoint_fits(model, state_dict, '--initial-checkpoint', path, args)
-        model.load_state_dict(state_dict)
+        check_checkpoint_fits(model, inputs.initial_weights, '--initial-checkpoint', path, args, inputs.initial)
+        model.load_state_dict(inputs.initial_weights)
     if args.resume:
-        meta = read_checkpoint(resume_path(args.resume), '--resume')
-        state_dict = meta.get('state_dict') if isinstance(meta, dict) else None
-        state_dict = clean_state_dict(state_dict) if isinstance(state_dict, dict) else meta
-        if not isinstance(state_dict, dict):
-            raise ConfigError(f'--resume {args.resume!r} holds a {type(meta).__name__}, not a checkpoint')
-        check_checkpoint_fits(model, state_dict, '--resume', args.resume, args, meta)
+        check_checkpoint_fits(model, checkpoint_state_dict(args.resume, inputs.resume), '--resume', args.resume,
+                              args, inputs.resume)
     return model
 
 

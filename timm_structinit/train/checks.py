@@ -6,18 +6,19 @@ import math
 import os
 import re
 import sys
-from typing import Any, Dict, Optional
+from typing import Any
 
 import torch
 
 import timm
 from timm.optim import list_optimizers
 
-from ..data import DataError, check_dataset_name
-from ..model_build import check_model_args, check_weights_source
-from ..seeds import check_seed
-from .config import GRAYSCALE_TORCH_DATASETS, PROG, SCHEDULERS, ConfigError, build_parser
+from ..data import check_dataset_name
+from ..errors import ConfigError, DataError
+from ..utils.seeds import check_seed
+from .config import GRAYSCALE_TORCH_DATASETS, PROG, SCHEDULERS, build_parser
 from .failures import rank, world_size
+from .inputs import RunInputs, chans_option, in_chans, read_inputs, resume_path
 
 
 def _check(ok: bool, message: str) -> None:
@@ -25,21 +26,10 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def _chans_option(args: argparse.Namespace) -> Optional[int]:
-    """ The input channels the user set by option (--input-size or --in-chans), else None. """
-    return args.input_size[0] if args.input_size else args.in_chans
-
-
-def in_chans(args: argparse.Namespace) -> int:
-    """ Input channels of the model and the data: the option, else model_kwargs in_chans, else 3. """
-    chans = _chans_option(args)
-    if chans is None and isinstance(args.model_kwargs, dict):
-        chans = args.model_kwargs.get('in_chans')
-    return 3 if chans is None else chans
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """ Validate every value before any work is done; errors name the value and what is valid. """
+def check_args(args: argparse.Namespace) -> RunInputs:
+    """ Validate every value before any work is done; errors name the value and what is valid. Returns what the
+    run starts from, read once as the last check (`inputs.read_inputs`): the checkpoints it names and the model on
+    the meta device. """
     check_launch_environment()
     if ':' not in args.model and not timm.is_model(args.model):
         close = difflib.get_close_matches(args.model, timm.list_models(), n=3)
@@ -55,24 +45,13 @@ def check_args(args: argparse.Namespace) -> None:
     _check_files(args)
     _check_device(args.device)
     _check_optimizer(args)
-    # last, as they cost the most: a dry build of the model (meta device: nothing allocated or computed) and
-    # the source of its weights
-    try:
-        check_model_args(args.model, model_factory_kwargs(args))
-        check_weights_source(args.model, args.pretrained)
-    except ValueError as e:
-        raise ConfigError(f'--model {args.model} (--model-kwargs): {e}' if not str(e).startswith('--') else str(e)) \
-            from None
+    # last, as they cost the most: the checkpoints, a dry build of the model (meta device: nothing allocated or
+    # computed) and the source of its weights
+    inputs = read_inputs(args)
     if args.warmup_epochs >= args.epochs and args.sched != 'none' and rank() == 0:
         print(f'{PROG}: warning: --warmup-epochs {args.warmup_epochs} is not shorter than --epochs {args.epochs}: the '
               f'whole run stays in warm-up and never reaches --lr', file=sys.stderr)
-
-
-def model_factory_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
-    """ The arguments `create_model` gets: the options that set model arguments, under model_kwargs. """
-    options = dict(in_chans=in_chans(args), num_classes=args.num_classes, drop_rate=args.drop,
-                   drop_path_rate=args.drop_path, drop_block_rate=args.drop_block, global_pool=args.gp)
-    return {**{k: v for k, v in options.items() if v is not None}, **args.model_kwargs}
+    return inputs
 
 
 def _check_device(device: str) -> None:
@@ -191,7 +170,7 @@ def _check_model_kwargs(args: argparse.Namespace) -> None:
     chans = in_chans(args)
     _check(isinstance(chans, int) and not isinstance(chans, bool) and chans >= 1,
            f'model_kwargs in_chans={chans!r} must be a positive integer')
-    option_values = dict(in_chans=_chans_option(args), num_classes=args.num_classes, drop_path_rate=args.drop_path,
+    option_values = dict(in_chans=chans_option(args), num_classes=args.num_classes, drop_path_rate=args.drop_path,
                          drop_block_rate=args.drop_block, global_pool=args.gp)
     for flag, key in _MODEL_ARG_OPTIONS:
         # only a value the user set can contradict model_kwargs, not an option's default
@@ -371,11 +350,6 @@ def _check_aa(policy: str) -> None:
     except (AssertionError, ValueError, KeyError, IndexError) as e:
         raise ConfigError(f'--aa {policy!r} is not a valid auto-augment policy ({e or type(e).__name__}); '
                           f'{_AA_EXAMPLES}') from None
-
-
-def resume_path(resume: str) -> str:
-    """ The checkpoint `--resume` names: a file, or an output folder's last.pth.tar. """
-    return os.path.join(resume, 'last.pth.tar') if os.path.isdir(resume) else resume
 
 
 def _check_files(args: argparse.Namespace) -> None:

@@ -9,11 +9,12 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 import yaml
 
-from .. import __version__
-from ..atomic import atomic_file
-from ..command_line import OneLineArgumentParser, error_line
-from ..kwargs import ParseKwargs
+from ..errors import ConfigError
 from ..recipes import resolve_config, unknown_config
+from ..utils.atomic import atomic_file
+from ..utils.command_line import OneLineArgumentParser, error_line
+from ..utils.kwargs import ParseKwargs
+from ..version import __version__
 
 PROG = 'timm-structinit-train'
 SCHEDULERS = ('cosine', 'tanh', 'step', 'constant', 'multistep', 'plateau', 'poly', 'wsd', 'rsqrt', 'none')
@@ -55,10 +56,6 @@ def _refuse_timm_only(argv: Sequence[str]) -> None:
         option = token.split('=', 1)[0]
         if option in TIMM_TRAIN_ONLY:
             raise ConfigError(timm_only_error(option))
-
-
-class ConfigError(ValueError):
-    """ An argument or config value is invalid; the message names it and what would be valid. """
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from timm.utils import CheckpointSaver, ModelEmaV3, unwrap_model, update_summary
 
-from ..mass_tracking import TargetMassTracker, mass_columns
+from ..diagnostics.mass_tracking import TargetMassTracker, mass_columns
 from .failures import RunStopped, posted_failure
 from .loop import mean_lr, seed_epoch, train_one_epoch, validate
 from .output import plot_summary, writing_output

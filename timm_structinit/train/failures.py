@@ -22,19 +22,13 @@ from datetime import timedelta
 from multiprocessing.context import ForkContext, ForkProcess
 from typing import Callable, Dict, Optional, Tuple
 
+from ..errors import RunStopped
+
 __all__ = [
     'RunStopped', 'stop_on_signals', 'quiet_worker_starts', 'post_failure', 'posted_failure', 'rank', 'world_size',
 ]
 
 _KEY = 'timm_structinit/failure'
-
-
-class RunStopped(KeyboardInterrupt):
-    """ A stop signal, handled as Ctrl-C is (KeyboardInterrupt), carrying the signal's number. """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def _stop(signum: int) -> KeyboardInterrupt:
@@ -75,7 +69,7 @@ def _set_children_aside() -> None:
 def stop_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
     """ Make each of `signums` raise RunStopped in the main thread, and SIGINT KeyboardInterrupt as Python does;
     returns a function putting the previous handlers back (SIGCHLD's too, which a stop sets aside). """
-    from ..startup import command_started
+    from ..utils.startup import command_started
     command_started()
     previous: Dict[int, object] = {}
 

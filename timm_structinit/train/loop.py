@@ -15,7 +15,7 @@ import torch.nn as nn
 from timm.data import Mixup
 from timm.utils import AverageMeter, ModelEmaV3, NativeScaler, accuracy, dispatch_clip_grad, random_seed, unwrap_model
 
-from ..data import DataError
+from ..errors import DataError
 
 _logger = logging.getLogger('train')
 

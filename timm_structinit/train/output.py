@@ -13,9 +13,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from filelock import FileLock, Timeout
 
-from ..figures import new_figure, save_figure
-from .config import ConfigError
-from .resume import continues_in_folder, resume_file
+from ..errors import ConfigError, OutputWriteError
+from ..utils.figures import new_figure, save_figure
+from .inputs import resume_file
+from .resume import continues_in_folder
 
 # files this entry point writes into an output directory; --overwrite removes exactly these
 _OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',
@@ -25,11 +26,6 @@ LOCK_NAME = '.timm-structinit.lock'
 _HELD: Dict[str, FileLock] = {}  # the locks this process holds, by folder
 # how torch.save reports a write of its zip container that the file system refused (a full disk, an I/O error)
 _TORCH_WRITE_FAILURES = ('unexpected pos', 'failed writing', 'file write failed')
-
-
-class OutputWriteError(RuntimeError):
-    """ The output folder refused a file of the run (a full or read-only file system): the run stops with one line,
-    keeping the last checkpoint that was written whole. """
 
 
 @contextmanager

@@ -10,26 +10,20 @@ a KeyError, a negative epoch reaches the schedule, and a plain state dict restar
 import argparse
 import csv
 import os
-import warnings
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 import torch
 from timm.models import clean_state_dict
 
+from ..errors import ConfigError
 from .build import check_checkpoint_fits
-from .checks import model_factory_kwargs, resume_path
-from .config import ConfigError
+from .inputs import resume_file, saved_args
 
-__all__ = ['RUN_CHECKPOINTS', 'resume_file', 'continues_in_folder', 'start_epoch_of', 'check_resume',
-           'optimizer_differences', 'saved_args', 'saved_lr']
+__all__ = ['RUN_CHECKPOINTS', 'resume_file', 'continues_in_folder', 'start_epoch_of', 'restore_checkpoint',
+           'check_resume', 'optimizer_differences', 'saved_args', 'saved_lr']
 
 # the checkpoints a run writes into its folder: resuming one of them continues that run there
 RUN_CHECKPOINTS = ('last.pth.tar', 'model_best.pth.tar')
-
-
-def resume_file(resume: str) -> str:
-    """ The checkpoint `--resume` names, by its real path (a link in the working folder is followed to its run). """
-    return os.path.realpath(resume_path(resume))
 
 
 def continues_in_folder(resume: str) -> bool:
@@ -37,14 +31,6 @@ def continues_in_folder(resume: str) -> bool:
     run goes on there; a checkpoint under another name is a start point, and its run goes into a new folder. """
     name = os.path.basename(resume_file(resume))
     return name in RUN_CHECKPOINTS or (name.startswith('checkpoint-') and name.endswith('.pth.tar'))
-
-
-def saved_args(meta: Mapping[str, Any]) -> Dict[str, Any]:
-    """ The training arguments a timm checkpoint records ({} when it records none). """
-    args = meta.get('args')
-    if isinstance(args, argparse.Namespace):
-        return vars(args)
-    return dict(args) if isinstance(args, Mapping) else {}
 
 
 def saved_lr(meta: Mapping[str, Any]) -> Optional[float]:
@@ -58,9 +44,24 @@ def start_epoch_of(meta: Mapping[str, Any]) -> int:
     return epoch + 1 if meta.get('version', 1) > 1 else epoch
 
 
-def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool) -> None:
+def restore_checkpoint(model: torch.nn.Module, meta: Mapping[str, Any], optimizer: Optional[torch.optim.Optimizer],
+                       loss_scaler: Any) -> int:
+    """ Load a training checkpoint's content into the model, the optimizer and the loss scaler (each when given), as
+    timm's `resume_checkpoint` does from a path (the run read the file once, for its checks); returns the epoch to
+    start from. """
+    model.load_state_dict(clean_state_dict(meta['state_dict']))
+    if optimizer is not None and 'optimizer' in meta:
+        optimizer.load_state_dict(meta['optimizer'])
+    if loss_scaler is not None and loss_scaler.state_dict_key in meta:
+        loss_scaler.load_state_dict(meta[loss_scaler.state_dict_key])
+    return start_epoch_of(meta)
+
+
+def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool,
+                 model: Optional[torch.nn.Module]) -> None:
     """ Refuse a --resume checkpoint this run cannot continue (ConfigError naming the checkpoint, what differs and
-    the way out); `out` is the run's folder and `continuing` whether the run goes on in it. """
+    the way out); `meta` is its content, `out` the run's folder, `continuing` whether the run goes on in it, and
+    `model` the model this command builds, on the meta device (None when it is not built there). """
     flag = f'--resume {args.resume!r}'
     state_dict = meta.get('state_dict') if isinstance(meta, dict) else None
     epoch = meta.get('epoch') if isinstance(meta, dict) else None
@@ -75,7 +76,6 @@ def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool
         raise ConfigError(f'{flag} records epoch {epoch}, outside this run: it would start at epoch {start + 1} of '
                           f'{last_epoch}; valid: a checkpoint of epoch 0..{last_epoch - 1} (raise --epochs to '
                           f'continue past {last_epoch})')
-    model = _meta_model(args, meta)
     if model is not None:  # the weights fit the model this command builds: names and shapes
         check_checkpoint_fits(model, clean_state_dict(dict(state_dict)), '--resume', args.resume, args, meta)
     if not args.no_resume_opt:
@@ -86,22 +86,6 @@ def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool
                               f'to start a new optimizer from the resumed weights')
     if continuing:
         _check_columns(args, os.path.join(out, 'summary.csv'))
-
-
-def _meta_model(args: argparse.Namespace, meta: Mapping[str, Any]) -> Optional[torch.nn.Module]:
-    """ The model this command builds, on the meta device (shapes only, nothing allocated), with the classes the
-    resumed run had when the data has not said yet; None when it does not build there (build_model says why). """
-    import timm
-    kwargs = model_factory_kwargs(args)
-    saved_classes = saved_args(meta).get('num_classes')
-    if 'num_classes' not in kwargs and isinstance(saved_classes, int):
-        kwargs['num_classes'] = saved_classes
-    try:
-        with torch.device('meta'), warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            return timm.create_model(args.model, pretrained=False, **kwargs)
-    except Exception:
-        return None
 
 
 def _expected_optimizer(args: argparse.Namespace, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -10,32 +10,33 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from timm.models import load_checkpoint, resume_checkpoint
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import CheckpointSaver, ModelEmaV3, trim_summary, unwrap_model
 
-from ..command_line import error_line
-from ..mass_tracking import TargetMassTracker
-from ..seeds import seed_everything
-from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config, read_checkpoint
-from .config import ConfigError, save_args
+from ..diagnostics.mass_tracking import TargetMassTracker
+from ..errors import ConfigError
+from ..utils.command_line import error_line
+from ..utils.seeds import seed_everything
+from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config
+from .config import save_args
 from .epochs import Run, finish_run, run_epochs, updates_in
+from .inputs import RunInputs, ema_state_dict
 from .output import claim_output_dir, output_dir, release_output_dir, remove_unfinished_run, writing_output
-from .resume import check_resume, resume_file, saved_lr
+from .resume import check_resume, restore_checkpoint, saved_lr
 
 _logger = logging.getLogger('train')
 
 
-def _train(args: argparse.Namespace, device: torch.device) -> Dict[str, Any]:
+def _train(args: argparse.Namespace, inputs: RunInputs, device: torch.device) -> Dict[str, Any]:
     """ The steps of a run: refuse what would fail, then data, model, optimizer, loaders, schedule, output folder,
-    epochs and the final report. """
+    epochs and the final report; `inputs` are what `check_args` read. """
     primary = args.rank == 0
     if args.distributed:
         _logger.info(f'Distributed training: {args.world_size} processes, backend '
                      f'{torch.distributed.get_backend()}, device {device}')
-    out, continuing, created = _refuse_early(args, primary)
+    out, continuing, created = _refuse_early(args, inputs, primary)
     try:
-        return _run_in(out, continuing, created, args, device)
+        return _run_in(out, continuing, created, args, inputs, device)
     except BaseException:
         # a new run that stopped before its first epoch finished leaves nothing behind (its folder included)
         if primary and out is not None and not continuing and not os.path.exists(os.path.join(out, 'last.pth.tar')):
@@ -47,7 +48,7 @@ def _train(args: argparse.Namespace, device: torch.device) -> Dict[str, Any]:
 
 
 def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: argparse.Namespace,
-            device: torch.device) -> Dict[str, Any]:
+            inputs: RunInputs, device: torch.device) -> Dict[str, Any]:
     """ The run in its claimed output folder (on the primary; None elsewhere). """
     primary = args.rank == 0
     # data first: a missing dataset fails in a second, before a model is built
@@ -57,14 +58,14 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
     if args.distributed and args.dataset_download and primary:
         torch.distributed.barrier()
     seed_everything(args.seed, args.rank)
-    model = build_model(args)
+    model = build_model(args, inputs)
     config = data_config(args, model, (dataset_train, dataset_eval))
     _logger.info(f'Model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.3f}M parameters, '
                  f'{args.num_classes} classes, input {tuple(config["input_size"])}; {len(dataset_train)} training / '
                  f'{len(dataset_eval)} evaluation images')
     model.to(device)
     optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
-    start_epoch, model_ema, lr_replaced = _restore(args, model, optimizer, loss_scaler, primary)
+    start_epoch, model_ema, lr_replaced = _restore(args, inputs, model, optimizer, loss_scaler)
     if args.torchcompile:  # as timm's train.py: compiled before DDP wraps it, so DDP stays out of the graph
         _logger.info(f'Compiling the model with torch.compile (backend {args.torchcompile}, mode '
                      f'{args.torchcompile_mode or "default"})')
@@ -86,26 +87,22 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
               mixup, loss_fn, lr_scheduler, start_epoch, num_epochs, out, continuing, created,
               lr_replaced=lr_replaced)
     if primary:
-        _open_output(run, dataset_eval, eval_options)
+        _open_output(run, inputs, dataset_eval, eval_options)
     history, eval_metrics = run_epochs(run)
     return finish_run(run, history, eval_metrics)
 
 
-def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str], bool, Optional[str]]:
+def _refuse_early(args: argparse.Namespace, inputs: RunInputs,
+                  primary: bool) -> Tuple[Optional[str], bool, Optional[str]]:
     """ The output folder, claimed for this run (`claim_output_dir`), whether it continues a run, and the outermost
-    folder the claim made; a used folder or a checkpoint of another model is refused before any data is loaded, by
-    every process, so none waits on the others forever. """
+    folder the claim made; a used folder or a checkpoint this run cannot continue is refused before any data is
+    loaded, by every process, so none waits on the others forever. """
     error, out, continuing, created = None, None, False, None
     if primary:
         try:
             out, continuing = output_dir(args)
-            meta = read_checkpoint(resume_file(args.resume), '--resume') if args.resume else None
-            arch = meta.get('arch') if isinstance(meta, dict) else None
-            if arch is not None and arch != args.model:
-                raise ConfigError(f'--resume {args.resume!r} holds a {arch!r} checkpoint, but --model is '
-                                  f'{args.model!r}')
             if args.resume:
-                check_resume(args, meta, out, continuing)
+                check_resume(args, inputs.resume, out, continuing, inputs.check_model)
             created = claim_output_dir(out, continuing, args.overwrite)
         except ConfigError as e:
             error = str(e)
@@ -120,19 +117,18 @@ def _refuse_early(args: argparse.Namespace, primary: bool) -> Tuple[Optional[str
     return out, continuing, created
 
 
-def _restore(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler, primary: bool):
-    """ (epoch to start from, EMA or None), both from the --resume checkpoint when there is one. """
+def _restore(args: argparse.Namespace, inputs: RunInputs, model: nn.Module, optimizer, loss_scaler):
+    """ (epoch to start from, EMA or None, whether a new --lr replaced the checkpoint's), from the --resume
+    checkpoint's content when there is one. """
     start_epoch, lr_replaced = 0, False
     if args.resume:
-        path = resume_file(args.resume)
-        try:  # checked by `check_resume`; what torch.load meets in the tensors themselves is still the file's
-            start_epoch = resume_checkpoint(
-                model, path, optimizer=None if args.no_resume_opt else optimizer,
-                loss_scaler=loss_scaler, log_info=primary) or 0
+        try:  # checked by `check_resume`; what the tensors themselves hold is still the file's
+            start_epoch = restore_checkpoint(model, inputs.resume, None if args.no_resume_opt else optimizer,
+                                             loss_scaler)
         except Exception as e:
             raise ConfigError(f'--resume {args.resume!r} cannot be restored ({type(e).__name__}: '
                               f'{error_line(e)[:300]})') from None
-        old_lr = saved_lr(read_checkpoint(path, '--resume'))
+        old_lr = saved_lr(inputs.resume)
         if not args.no_resume_opt and old_lr is not None and not math.isclose(old_lr, args.lr, rel_tol=1e-9):
             # the restored state holds the old rate, which the schedule would keep: the new one is taken, and said
             for group in optimizer.param_groups:
@@ -146,21 +142,21 @@ def _restore(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler,
                                device='cpu' if args.model_ema_force_cpu else None)
         if args.resume:
             try:
-                load_checkpoint(model_ema.module, resume_file(args.resume), use_ema=True)
+                model_ema.module.load_state_dict(ema_state_dict(inputs.resume))
             except Exception as e:
                 raise ConfigError(f'--resume {args.resume!r}: its EMA weights cannot be restored '
                                   f'({type(e).__name__}: {error_line(e)[:300]})') from None
     return start_epoch, model_ema, lr_replaced
 
 
-def _open_output(run: Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
+def _open_output(run: Run, inputs: RunInputs, dataset_eval, eval_options: Dict[str, Any]) -> None:
     """ Make the output folder, the checkpoint saver, the summary (cut back to the resumed epoch) and args.yaml. """
     args, out = run.args, run.output_dir
     run.saver = CheckpointSaver(
         model=run.model, optimizer=run.optimizer, args=args, model_ema=run.model_ema, amp_scaler=run.loss_scaler,
         checkpoint_dir=out, recovery_dir=out, decreasing=args.eval_metric == 'loss', max_history=args.checkpoint_hist)
     if run.continuing:
-        run.saver.load_state_dict_from_checkpoint(resume_file(args.resume))
+        _restore_saver(run.saver, inputs)
     with writing_output(out):
         trim_summary(os.path.join(out, 'summary.csv'), run.start_epoch)
         if not run.continuing or run.lr_replaced or not os.path.exists(os.path.join(out, 'args.yaml')):
@@ -179,3 +175,13 @@ def _open_output(run: Run, dataset_eval, eval_options: Dict[str, Any]) -> None:
                 first = run.tracker.measure(unwrap_model(run.model), run.start_epoch)
             print(f'target mass at epoch {run.start_epoch}: {first["mean"]:.3f} (layers '
                   f'{" ".join(f"{v:.2f}" for k, v in first.items() if k.startswith("layer"))})', flush=True)
+
+
+def _restore_saver(saver: CheckpointSaver, inputs: RunInputs) -> None:
+    """ The saver's history and best metric, from the checkpoint's content, as timm's
+    `load_state_dict_from_checkpoint` restores them from a path (this run read the file once, for its checks). """
+    state = inputs.resume.get('saver') if isinstance(inputs.resume, dict) else None
+    if state is None:
+        _logger.warning(f"No checkpoint history in '{inputs.resume_file}', ranked checkpoints start fresh.")
+        return
+    saver.load_state_dict(state)

@@ -9,10 +9,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from .figures import new_figure, save_figure
-from .inits.heads import find_attention, read_qk, read_vproj
-from .inits.impulse import impulse_pseudo_input, impulse_target
-from .inits.impulse_solvers import attention_maps, map_metrics
+from ..inits.heads import find_attention, read_qk, read_vproj
+from ..inits.impulse import impulse_pseudo_input, impulse_target
+from ..inits.impulse_solvers import attention_maps, map_metrics
+from ..utils.figures import new_figure, save_figure
 
 __all__ = [
     'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
@@ -117,7 +117,8 @@ def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
     """ Up to `count` images from `folder` (ImageFolder layout or flat), evenly spaced over the folder's sorted
     listing, through the model's own eval transform (timm's data config) at the size and channels the model takes. """
     from timm.data import create_transform, resolve_data_config
-    from .data import DataError, ImageReadError, folder_dataset
+    from ..data import folder_dataset
+    from ..errors import DataError, ImageReadError
     if not Path(folder).is_dir():
         raise ValueError(f'--images {folder!r} is not a directory')
     patch_embed = getattr(model, 'patch_embed', None)

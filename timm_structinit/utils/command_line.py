@@ -1,13 +1,13 @@
 """ What the package's two commands (`timm-structinit` and `timm-structinit-train`) share on the command line: a parser
-whose usage errors are one line, an error's message on one line, the line for a closed standard output, and the exit
-status an error gets. """
+whose usage errors are one line, an error's message on one line, and the line for a closed standard output (the exit
+status an error gets is in `errors`). """
 import argparse
 import os
 import sys
 from difflib import get_close_matches
 from typing import Sequence
 
-__all__ = ['OneLineArgumentParser', 'error_line', 'output_closed', 'exit_status']
+__all__ = ['OneLineArgumentParser', 'error_line', 'output_closed']
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -47,9 +47,3 @@ def output_closed() -> str:
         pass
     return ('standard output was closed by the program reading it (a broken pipe); redirect it to a file to keep '
             'all of it')
-
-
-def exit_status(error: BaseException) -> int:
-    """ 2 when the input is wrong (an argument, or a file or folder it names), 1 when the work itself failed. """
-    usage = (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
-    return 2 if isinstance(error, usage) else 1

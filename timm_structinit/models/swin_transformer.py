@@ -13,9 +13,9 @@ from typing import Any, Dict, Optional
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.swin_transformer import SwinTransformer, checkpoint_filter_fn
 
-from .model_build import check_patch_fits, check_sizes
+from .model_args import check_patch_fits, check_sizes
 from .struct_init_args import StructInitArgs
-from .vision_transformer import _cfg32, _merge_args
+from .variant_config import cfg32, merge_args
 
 __all__ = ['StructSwinTransformer']
 
@@ -56,13 +56,13 @@ _IMPULSE_PAPER = ('arXiv:2505.19985',)
 _POOL = dict(pool_size=(2, 2))
 
 default_cfgs = generate_default_cfgs({
-    'swin_tiny_patch2_window4_32': _cfg32(
+    'swin_tiny_patch2_window4_32': cfg32(
         description="Swin-T stages on 32x32, patch 2, window 4, timm's init: the plain baseline",
         first_conv='patch_embed.proj', classifier='head.fc', paper_ids=_SWIN_PAPER, **_POOL),
-    'swin_tiny_patch2_window4_32_impulse3': _cfg32(
+    'swin_tiny_patch2_window4_32_impulse3': cfg32(
         description='3x3 impulse init in the relative position bias tables', first_conv='patch_embed.proj',
         classifier='head.fc', paper_ids=_IMPULSE_PAPER, **_POOL),
-    'swin_tiny_patch2_window4_32_mimetic': _cfg32(
+    'swin_tiny_patch2_window4_32_mimetic': cfg32(
         description='mimetic Q/K and V/proj per stage', first_conv='patch_embed.proj', classifier='head.fc',
         paper_ids=('arXiv:2305.09828',), **_POOL),
 })
@@ -74,18 +74,18 @@ _TINY32 = dict(img_size=32, patch_size=2, window_size=4, embed_dim=96, depths=(2
 @register_model
 def swin_tiny_patch2_window4_32(pretrained: bool = False, **kwargs) -> StructSwinTransformer:
     """ Swin-T/2 with 4x4 windows on 32x32, timm's init: the plain baseline. """
-    return _create('swin_tiny_patch2_window4_32', pretrained=pretrained, **_merge_args(_TINY32, kwargs))
+    return _create('swin_tiny_patch2_window4_32', pretrained=pretrained, **merge_args(_TINY32, kwargs))
 
 
 @register_model
 def swin_tiny_patch2_window4_32_impulse3(pretrained: bool = False, **kwargs) -> StructSwinTransformer:
     """ Swin-T/2 with 4x4 windows on 32x32, each head's relative position bias a random 3x3 impulse. """
     model_args = dict(_TINY32, struct_init='impulse', struct_init_kwargs=dict(kernel_size=3))
-    return _create('swin_tiny_patch2_window4_32_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('swin_tiny_patch2_window4_32_impulse3', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def swin_tiny_patch2_window4_32_mimetic(pretrained: bool = False, **kwargs) -> StructSwinTransformer:
     """ Swin-T/2 with 4x4 windows on 32x32, mimetic Q/K and V/proj (Trockman & Kolter 2023) per stage. """
     model_args = dict(_TINY32, struct_init='mimetic')
-    return _create('swin_tiny_patch2_window4_32_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('swin_tiny_patch2_window4_32_mimetic', pretrained=pretrained, **merge_args(model_args, kwargs))

@@ -1,4 +1,4 @@
-""" Datasets for the training entry point: timm's factory plus the few sources it lacks, with strict split checks.
+""" The dataset factory of the training command: timm's factory plus the few sources it lacks, with strict split checks.
 
 * ImageFolder directories (`dataset=''`) are read by timm's ImageDataset (see `CheckedImageDataset`, in
   `image_folder`); `torch/cifar10`, `torch/cifar100` and the other `torch/` names go through

@@ -1,16 +1,14 @@
 """ Split names and split folders: the synonyms timm's folder reader searches, the kind of split a name means, and
 the folder that holds a split, refused rather than falling back to the whole root. `DataError`, the error every check
-of the data raises, lives here, below every module that reads data. """
+of the data raises, is re-exported here from `errors`. """
 import os
+
+from ..errors import DataError
 
 __all__ = ['DataError', 'TRAIN_SPLITS', 'EVAL_SPLITS', 'resolve_split_folder']
 # split synonyms, searched in this order, as timm's folder reader does
 TRAIN_SPLITS = ('train', 'training')
 EVAL_SPLITS = ('val', 'valid', 'validation', 'eval', 'evaluation')
-
-
-class DataError(ValueError):
-    """ The data asked for cannot be found or used; the message says which flag or path would fix it. """
 
 
 def _split_kind(split: str) -> str:

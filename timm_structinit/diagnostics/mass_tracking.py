@@ -13,9 +13,9 @@ from typing import Dict, List, Optional
 from torch import nn
 from timm.data import create_loader
 
-from .atomic import atomic_file
-from .data import ClassBalancedSubset
-from .diagnostics import layer_image_mass, plot_target_mass
+from ..data import ClassBalancedSubset
+from ..utils.atomic import atomic_file
+from .attention import layer_image_mass, plot_target_mass
 from .family_maps import family_summary
 
 __all__ = ['TargetMassTracker', 'mass_columns', 'MASS_IMAGES']

@@ -9,8 +9,8 @@ from typing import Any, Tuple
 
 from timm.data import ImageDataset
 
+from ..errors import DataError
 from .images import read_image
-from .splits import DataError
 
 __all__ = ['CheckedImageDataset', 'folder_dataset']
 

@@ -12,10 +12,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .figures import new_figure, save_figure
-from .inits.impulse import impulse_target
-from .inits.mixer import token_mixing_blocks
-from .inits.swin import window_attentions
+from ..inits.impulse import impulse_target
+from ..inits.mixer import token_mixing_blocks
+from ..inits.swin import window_attentions
+from ..utils.figures import new_figure, save_figure
 
 __all__ = ['swin_window_maps', 'mixer_mixing_maps', 'layer_maps', 'family_summary', 'plot_family_layer']
 

@@ -1,7 +1,7 @@
 """ The two changes to timm this package makes, each where its own commands need it, or for the whole process on
 request. Importing the package makes neither: it registers the models and nothing else.
 
-* `pillow_compat`: timm's RandAugment posterize ops keep working with Pillow >= 13, which rejects the 0-bit posterize
+* `data.pillow_compat`: timm's RandAugment posterize ops keep working with Pillow >= 13, which rejects the 0-bit posterize
   timm's `-inc1` policies ask for (an entry of `timm.data.auto_augment.NAME_TO_OP`, only where Pillow needs it);
 * `hub.plain_timm`: timm's `local-dir:` / `hf-hub:` loaders build the registered model a package export names, not
   the timm model its config.json names for plain timm (timm's private `timm.models._hub._parse_model_cfg`).
@@ -13,8 +13,8 @@ runs timm's scripts in it. `patch_timm()` applies both for the rest of the proce
 from contextlib import contextmanager
 from typing import Iterator
 
-from .hub.plain_timm import install_config_hook, registered_exports
-from .pillow_compat import make_posterize_zero_bits_safe, posterize_zero_bits_safe_ops
+from ..data.pillow_compat import make_posterize_zero_bits_safe, posterize_zero_bits_safe_ops
+from ..hub.plain_timm import install_config_hook, registered_exports
 
 __all__ = ['patched_timm', 'patch_timm']
 

@@ -10,10 +10,10 @@ from typing import Any, Dict, Optional
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.mlp_mixer import MlpMixer, checkpoint_filter_fn
 
-from .inits import reset_parameters_
-from .model_build import check_patch_fits, check_sizes
+from ..inits import reset_parameters_
+from .model_args import check_patch_fits, check_sizes
 from .struct_init_args import StructInitArgs
-from .vision_transformer import _cfg32, _merge_args
+from .variant_config import cfg32, merge_args
 
 __all__ = ['StructMlpMixer']
 
@@ -63,10 +63,10 @@ def _create(variant: str, pretrained: bool = False, **kwargs) -> StructMlpMixer:
 
 
 default_cfgs = generate_default_cfgs({
-    'mixer_s4_32': _cfg32(
+    'mixer_s4_32': cfg32(
         description="Mixer-S/4 on 32x32, timm's init: the plain baseline", first_conv='stem.proj',
         paper_ids=('arXiv:2105.01601',)),
-    'mixer_s4_32_impulse3': _cfg32(
+    'mixer_s4_32_impulse3': cfg32(
         description='token mixing of each block a random 3x3 impulse (a shift of the patch grid)',
         first_conv='stem.proj', paper_ids=('arXiv:2404.01139',)),
 })
@@ -78,11 +78,11 @@ _SMALL32 = dict(img_size=32, patch_size=4, num_blocks=8, embed_dim=512, mlp_rati
 @register_model
 def mixer_s4_32(pretrained: bool = False, **kwargs) -> StructMlpMixer:
     """ Mixer-S/4 on 32x32, timm's init: the plain baseline. """
-    return _create('mixer_s4_32', pretrained=pretrained, **_merge_args(_SMALL32, kwargs))
+    return _create('mixer_s4_32', pretrained=pretrained, **merge_args(_SMALL32, kwargs))
 
 
 @register_model
 def mixer_s4_32_impulse3(pretrained: bool = False, **kwargs) -> StructMlpMixer:
     """ Mixer-S/4 on 32x32, each block's token mixing a random 3x3 impulse: a shift of the patch grid. """
     model_args = dict(_SMALL32, struct_init='impulse', struct_init_kwargs=dict(kernel_size=3))
-    return _create('mixer_s4_32_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('mixer_s4_32_impulse3', pretrained=pretrained, **merge_args(model_args, kwargs))

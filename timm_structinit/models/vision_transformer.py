@@ -20,22 +20,18 @@ Registered variants reproduce the setups of
   Transformers", https://arxiv.org/abs/2404.01139 (average pooling, sin-cos), and "Structured Initialization for
   Vision Transformers", NeurIPS 2025, https://arxiv.org/abs/2505.19985.
 """
-from typing import Any, Dict, List, Mapping, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 import torch
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import VisionTransformer, build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import checkpoint_filter_fn
 
-from .model_build import check_vit_args
-from .pos_embed import sincos_pos_embed
+from ..layers.pos_embed import sincos_pos_embed
+from .model_args import check_vit_args
 from .struct_init_args import StructInitArgs
+from .variant_config import CIFAR10_MEAN, CIFAR10_STD, cfg224, cfg32, merge_args
 
 __all__ = ['StructVisionTransformer', 'CIFAR10_MEAN', 'CIFAR10_STD']
-
-# per-channel mean and std of the CIFAR-10 training images (pixel statistics, not the often-quoted batch-std values)
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
 class StructVisionTransformer(StructInitArgs, VisionTransformer):
@@ -142,17 +138,6 @@ class DynamicSincosVisionTransformer(StructVisionTransformer):
         return self.pos_drop(x)
 
 
-def _merge_args(model_args: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """ A variant's args overridden by the caller's; `struct_init_kwargs` are merged key by key, so that
-    `struct_init_kwargs=dict(solver='adam')` on an impulse-5 model keeps its kernel_size=5. """
-    merged = dict(model_args, **kwargs)
-    given = kwargs.get('struct_init_kwargs', ())
-    if 'struct_init_kwargs' in model_args and (given is None or isinstance(given, Mapping)):
-        # (anything else is passed on as given, for the model to refuse with a message naming it)
-        merged['struct_init_kwargs'] = {**model_args['struct_init_kwargs'], **(kwargs['struct_init_kwargs'] or {})}
-    return merged
-
-
 def _create(variant: str, pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     out_indices = kwargs.pop('out_indices', 3)
     dynamic_sincos = kwargs.get('dynamic_img_size', False) and kwargs.get('pos_embed', 'learn') == 'sincos'
@@ -171,23 +156,6 @@ _IMPULSE_PAPER = ('arXiv:2404.01139', 'arXiv:2505.19985')
 _IMPULSE2025_PAPER = ('arXiv:2505.19985',)
 
 
-def _cfg32(**kwargs) -> Dict[str, Any]:
-    return {
-        'url': '', 'num_classes': 10, 'input_size': (3, 32, 32), 'pool_size': None, 'crop_pct': 1.0,
-        'interpolation': 'bicubic', 'fixed_input_size': True, 'mean': CIFAR10_MEAN, 'std': CIFAR10_STD,
-        'first_conv': 'patch_embed.proj', 'classifier': 'head', 'license': 'apache-2.0', **kwargs,
-    }
-
-
-def _cfg224(**kwargs) -> Dict[str, Any]:
-    return {
-        'url': '', 'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None, 'crop_pct': 0.9,
-        'interpolation': 'bicubic', 'fixed_input_size': True, 'mean': IMAGENET_DEFAULT_MEAN,
-        'std': IMAGENET_DEFAULT_STD, 'first_conv': 'patch_embed.proj', 'classifier': 'head',
-        'license': 'apache-2.0', **kwargs,
-    }
-
-
 # bases: fixed sin-cos PE with a class token (mimetic paper) or with average pooling and no class token (impulse paper)
 _TOKEN_SINCOS = dict(pos_embed='sincos', class_token=True, global_pool='token')
 _GAP_SINCOS = dict(pos_embed='sincos', class_token=False, global_pool='avg')
@@ -196,40 +164,40 @@ _SMALL = dict(embed_dim=384, depth=12, num_heads=6)
 _BASE = dict(embed_dim=768, depth=12, num_heads=12)
 
 default_cfgs = generate_default_cfgs({
-    'vit_tiny_patch2_32': _cfg32(description='timm defaults (learned PE, class token): the plain baseline'),
-    'vit_tiny_patch2_32_sincos': _cfg32(description='class token + fixed sin-cos PE', paper_ids=_MIMETIC_PAPER),
-    'vit_tiny_patch2_32_gap_sincos': _cfg32(
+    'vit_tiny_patch2_32': cfg32(description='timm defaults (learned PE, class token): the plain baseline'),
+    'vit_tiny_patch2_32_sincos': cfg32(description='class token + fixed sin-cos PE', paper_ids=_MIMETIC_PAPER),
+    'vit_tiny_patch2_32_gap_sincos': cfg32(
         description='average pooling + fixed sin-cos PE', paper_ids=_IMPULSE_PAPER),
-    'vit_tiny_patch2_32_mimetic': _cfg32(description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
-    'vit_small_patch2_32': _cfg32(description='timm defaults (learned PE, class token): the plain baseline'),
-    'vit_small_patch2_32_sincos': _cfg32(description='class token + fixed sin-cos PE', paper_ids=_MIMETIC_PAPER),
-    'vit_small_patch2_32_gap_sincos': _cfg32(
+    'vit_tiny_patch2_32_mimetic': cfg32(description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+    'vit_small_patch2_32': cfg32(description='timm defaults (learned PE, class token): the plain baseline'),
+    'vit_small_patch2_32_sincos': cfg32(description='class token + fixed sin-cos PE', paper_ids=_MIMETIC_PAPER),
+    'vit_small_patch2_32_gap_sincos': cfg32(
         description='average pooling + fixed sin-cos PE', paper_ids=_IMPULSE_PAPER),
-    'vit_small_patch2_32_mimetic': _cfg32(description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
-    'vit_tiny_patch16_224_mimetic': _cfg224(
+    'vit_small_patch2_32_mimetic': cfg32(description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
+    'vit_tiny_patch16_224_mimetic': cfg224(
         description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
-    'vit_small_patch16_224_mimetic': _cfg224(
+    'vit_small_patch16_224_mimetic': cfg224(
         description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
-    'vit_base_patch16_224_mimetic': _cfg224(
+    'vit_base_patch16_224_mimetic': cfg224(
         description='mimetic init, class token + sin-cos', paper_ids=_MIMETIC_PAPER),
-    'vit_tiny_patch2_32_impulse3': _cfg32(description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
-    'vit_tiny_patch2_32_impulse5': _cfg32(description='5x5 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
-    'vit_small_patch2_32_impulse3': _cfg32(
+    'vit_tiny_patch2_32_impulse3': cfg32(description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_tiny_patch2_32_impulse5': cfg32(description='5x5 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
+    'vit_small_patch2_32_impulse3': cfg32(
         description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
-    'vit_small_patch2_32_impulse5': _cfg32(
+    'vit_small_patch2_32_impulse5': cfg32(
         description='5x5 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
-    'vit_tiny_patch16_224_impulse3': _cfg224(
+    'vit_tiny_patch16_224_impulse3': cfg224(
         description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
-    'vit_small_patch16_224_impulse3': _cfg224(
+    'vit_small_patch16_224_impulse3': cfg224(
         description='3x3 impulse init, average pool + sin-cos', paper_ids=_IMPULSE_PAPER),
-    'vit_base_patch16_224_impulse3': _cfg224(
+    'vit_base_patch16_224_impulse3': cfg224(
         description='3x3 impulse init (random offsets: 12 heads > 9), average pool + sin-cos',
         paper_ids=_IMPULSE_PAPER),
-    'vit_tiny_patch16_224_impulse2025': _cfg224(
+    'vit_tiny_patch16_224_impulse2025': cfg224(
         description='2025 closed-form impulse init, class token + learned PE (x18)', paper_ids=_IMPULSE2025_PAPER),
-    'vit_small_patch16_224_impulse2025': _cfg224(
+    'vit_small_patch16_224_impulse2025': cfg224(
         description='2025 closed-form impulse init, class token + learned PE (x18)', paper_ids=_IMPULSE2025_PAPER),
-    'vit_base_patch16_224_impulse2025': _cfg224(
+    'vit_base_patch16_224_impulse2025': cfg224(
         description='2025 closed-form impulse init, class token + learned PE (x18)', paper_ids=_IMPULSE2025_PAPER),
 })
 
@@ -238,77 +206,77 @@ default_cfgs = generate_default_cfgs({
 def vit_tiny_patch2_32(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32 with timm's defaults (learned PE, class token): the plain baseline. """
     model_args = dict(img_size=32, patch_size=2, **_TINY)
-    return _create('vit_tiny_patch2_32', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch2_32', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch2_32_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32, class token + fixed sin-cos PE: the mimetic paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_TOKEN_SINCOS)
-    return _create('vit_tiny_patch2_32_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch2_32_sincos', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch2_32_gap_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32, average pooling + fixed sin-cos PE, no class token: the structured-init paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_GAP_SINCOS)
-    return _create('vit_tiny_patch2_32_gap_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch2_32_gap_sincos', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch2_32_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_tiny_patch2_32_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch2_32_mimetic', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32 with timm's defaults (learned PE, class token): the plain baseline. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL)
-    return _create('vit_small_patch2_32', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch2_32', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32, class token + fixed sin-cos PE: the mimetic paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_TOKEN_SINCOS)
-    return _create('vit_small_patch2_32_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch2_32_sincos', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_gap_sincos(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32, average pooling + fixed sin-cos PE, no class token: the structured-init paper's base. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_GAP_SINCOS)
-    return _create('vit_small_patch2_32_gap_sincos', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch2_32_gap_sincos', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_small_patch2_32_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch2_32_mimetic', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(patch_size=16, **_TINY, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_tiny_patch16_224_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch16_224_mimetic', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(patch_size=16, **_SMALL, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_small_patch16_224_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch16_224_mimetic', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_base_patch16_224_mimetic(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Base/16 on 224x224 with mimetic init (Trockman & Kolter 2023), class token + sin-cos. """
     model_args = dict(patch_size=16, **_BASE, **_TOKEN_SINCOS, struct_init='mimetic')
-    return _create('vit_base_patch16_224_mimetic', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_base_patch16_224_mimetic', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 def _impulse(kernel_size: int, **kwargs) -> Dict[str, Any]:
@@ -319,42 +287,42 @@ def _impulse(kernel_size: int, **kwargs) -> Dict[str, Any]:
 def vit_tiny_patch2_32_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_GAP_SINCOS, **_impulse(3))
-    return _create('vit_tiny_patch2_32_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch2_32_impulse3', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch2_32_impulse5(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/2 on 32x32 with 5x5 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_TINY, **_GAP_SINCOS, **_impulse(5))
-    return _create('vit_tiny_patch2_32_impulse5', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch2_32_impulse5', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_GAP_SINCOS, **_impulse(3))
-    return _create('vit_small_patch2_32_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch2_32_impulse3', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch2_32_impulse5(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/2 on 32x32 with 5x5 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
     model_args = dict(img_size=32, patch_size=2, **_SMALL, **_GAP_SINCOS, **_impulse(5))
-    return _create('vit_small_patch2_32_impulse5', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch2_32_impulse5', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_tiny_patch16_224_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Tiny/16 on 224x224 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
     model_args = dict(patch_size=16, **_TINY, **_GAP_SINCOS, **_impulse(3))
-    return _create('vit_tiny_patch16_224_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch16_224_impulse3', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch16_224_impulse3(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/16 on 224x224 with 3x3 impulse init (Zheng et al. 2024), average pooling + sin-cos. """
     model_args = dict(patch_size=16, **_SMALL, **_GAP_SINCOS, **_impulse(3))
-    return _create('vit_small_patch16_224_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch16_224_impulse3', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
@@ -365,7 +333,7 @@ def vit_base_patch16_224_impulse3(pretrained: bool = False, **kwargs) -> StructV
     authors' own policy) instead of the 'distinct' default.
     """
     model_args = dict(patch_size=16, **_BASE, **_GAP_SINCOS, **_impulse(3, offsets='random'))
-    return _create('vit_base_patch16_224_impulse3', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_base_patch16_224_impulse3', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
@@ -375,14 +343,14 @@ def vit_tiny_patch16_224_impulse2025(pretrained: bool = False, **kwargs) -> Stru
     fixed offset order, mimetic V/proj. The paper's runs also keep PyTorch's default init for every other weight:
     `weight_init='reset'`. """
     model_args = dict(patch_size=16, **_TINY, struct_init='impulse2025')
-    return _create('vit_tiny_patch16_224_impulse2025', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_tiny_patch16_224_impulse2025', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
 def vit_small_patch16_224_impulse2025(pretrained: bool = False, **kwargs) -> StructVisionTransformer:
     """ ViT-Small/16 on 224x224 with the 2025 closed-form impulse init (see vit_tiny_patch16_224_impulse2025). """
     model_args = dict(patch_size=16, **_SMALL, struct_init='impulse2025')
-    return _create('vit_small_patch16_224_impulse2025', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_small_patch16_224_impulse2025', pretrained=pretrained, **merge_args(model_args, kwargs))
 
 
 @register_model
@@ -390,4 +358,4 @@ def vit_base_patch16_224_impulse2025(pretrained: bool = False, **kwargs) -> Stru
     """ ViT-Base/16 on 224x224 with the 2025 closed-form impulse init (see vit_tiny_patch16_224_impulse2025); the
     paper's ImageNet-1k model. Its 12 heads take the fixed 3x3 offset order cyclically (head i: entry i mod 9). """
     model_args = dict(patch_size=16, **_BASE, struct_init='impulse2025')
-    return _create('vit_base_patch16_224_impulse2025', pretrained=pretrained, **_merge_args(model_args, kwargs))
+    return _create('vit_base_patch16_224_impulse2025', pretrained=pretrained, **merge_args(model_args, kwargs))

@@ -6,7 +6,8 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from .splits import DataError, _split_kind
+from ..errors import DataError
+from .splits import _split_kind
 
 __all__ = ['DigitsDataset']
 

@@ -11,8 +11,8 @@ weights are then loaded).
 import warnings
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from .inits import apply_init_cfg, check_init_cfg, list_inits, make_init_cfg
-from .seeds import check_seed
+from ..inits import apply_init_cfg, check_init_cfg, list_inits, make_init_cfg
+from ..utils.seeds import check_seed
 
 __all__ = ['StructInitArgs']
 

@@ -8,18 +8,9 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
+from ..errors import ImageReadError
+
 __all__ = ['ImageReadError', 'read_image']
-
-
-class ImageReadError(RuntimeError):
-    """ An image file could not be decoded; the message is one line naming the file. """
-
-    def __init__(self, message: str) -> None:
-        # a DataLoader worker's error is raised again in the main process with the worker's traceback as its
-        # message; keep only this error's own line, the traceback's last
-        if 'Original Traceback' in message:
-            message = message.rstrip().splitlines()[-1].split(f'{type(self).__name__}: ', 1)[-1]
-        super().__init__(message)
 
 
 # Pillow modes with more than 8 bits per sample, which `convert('RGB')` clips at 255 instead of scaling: 16-bit
