@@ -36,15 +36,11 @@ rest of the network at PyTorch's default init (`weight_init='reset'`, as the aut
 timm's. Each run evaluates every 2 epochs on 2,000 test images and, when it ends, on all 10,000.
 """
 import argparse
-import csv
 import datetime
 import json
 import os
-import platform
 import re
 import shlex
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -54,6 +50,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from results_file import write_lines
+from timm_structinit.compare import session
+from timm_structinit.compare.runner import RunSpec, read_summary, run_all
+from timm_structinit.train import parse_args
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -353,59 +352,26 @@ def full_test_top1(name: str, seed: int, data_dir: Path, work: Path, log, extra:
     return float(match.group(1)), int(match.group(2))
 
 
-def read_summary(path: Path) -> List[dict]:
-    with open(path) as f:
-        return [{k: float(v) for k, v in row.items() if v not in ('', None)} for row in csv.DictReader(f)]
-
-
-@dataclass
-class Started:
-    """ A run whose training process is under way: what `finish_run` needs once it has ended. """
-    name: str
-    seed: int
-    work: Path
-    command: List[str]
-    resumed: bool
-    start: float
-    process: subprocess.Popen
-
-
-def start_run(name: str, seed: int, data_dir: Path, runs_dir: Path, extra: Sequence[str] = ()) -> Optional[Started]:
-    """ Start the training process of a run (None when the run is already done); its output goes to its log. """
+def run_spec(name: str, seed: int, data_dir: Path, runs_dir: Path, extra: Sequence[str] = ()) -> RunSpec:
+    """ One run for the package's runner: it trains into `<run>.partial`, and `finish_run` moves it to `<run>` with
+    its result, so that a folder without `.partial` is a finished run. """
     run = run_name(name, seed)
-    if (runs_dir / run / 'result.json').exists():
-        print(f'[skip] {run}: done', flush=True)
-        return None
-    work = runs_dir / f'{run}.partial'
-    command = train_command(name, seed, data_dir, work, extra)
-    resumed = (work / 'last.pth.tar').exists()
-    if resumed:  # an interrupted run: go on from its last finished epoch (epochs are seeded, so this is exact)
-        command += ['--resume', str(work)]
-    elif work.exists():  # interrupted before its first epoch finished
-        shutil.rmtree(work)
-    print(f'[{"resume" if resumed else "run"}] {run}: {" ".join(command)}', flush=True)
-    with open(runs_dir / f'{run}.log', 'a' if resumed else 'w') as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                   env={**os.environ, 'PYTHONUNBUFFERED': '1'})
-    return Started(name, seed, work, command, resumed, time.time(), process)
+    command = train_command(name, seed, data_dir, runs_dir / f'{run}.partial', extra)
+    epochs = parse_args(command[command.index('timm_structinit.train') + 1:]).epochs
+    return RunSpec(run, command, runs_dir / f'{run}.partial', epochs, done_folder=runs_dir / run)
 
 
 def device_record(command: Sequence[str]) -> Dict[str, Any]:
     """ Where a run ran: the device its command names (its last --device), and the versions that ran it. """
-    import timm
-    import torch
     device = command[len(command) - 1 - command[::-1].index('--device') + 1] if '--device' in command else 'cpu'
-    if device.startswith('cuda') and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(torch.device(device))
-    else:
-        name = f'CPU ({platform.machine()}, {os.cpu_count()} cores)'
-    return dict(device=name, torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
+    return session.device_record(device)
 
 
-def finish_run(started: Started, data_dir: Path, runs_dir: Path, extra: Sequence[str] = ()) -> dict:
+def finish_run(spec: RunSpec, seconds: float, resumed: bool, data_dir: Path, runs_dir: Path,
+               extra: Sequence[str] = ()) -> dict:
     """ The result of a finished training process: result.json in the run's folder, checkpoints removed. """
-    name, seed, work = started.name, started.seed, started.work
-    run = run_name(name, seed)
+    name, seed = next((n, s) for n, entry in ENTRIES.items() for s in entry.seeds if run_name(n, s) == spec.name)
+    run, work = spec.name, spec.folder
     rows = read_summary(work / 'summary.csv')
     mass_rows = read_summary(work / 'target_mass.csv') if (work / 'target_mass.csv').exists() else []
     entry = ENTRIES[name]
@@ -415,8 +381,8 @@ def finish_run(started: Started, data_dir: Path, runs_dir: Path, extra: Sequence
         epochs=int(rows[-1]['epoch']) + 1,  # trained; the curve has one point per evaluation (see curve_epochs)
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
         target_mass=[{k: round(v, 4) for k, v in r.items()} for r in mass_rows],
-        seconds=round(time.time() - started.start, 1),  # a resumed run's seconds: its last sitting only
-        resumed=started.resumed, command=shlex.join(started.command[1:]),
+        seconds=round(seconds, 1),  # a resumed run's seconds: its last sitting only
+        resumed=resumed, command=shlex.join(spec.command[1:]),
         date=datetime.datetime.now().isoformat(timespec='seconds'))
     if name in PAPERS or name in GPU:  # evaluated every few epochs on a subset: the curve's epochs, and the final
         last = rows[-1]['epoch'] + 1
@@ -430,8 +396,8 @@ def finish_run(started: Started, data_dir: Path, runs_dir: Path, extra: Sequence
     if name in GPU:
         images = read_train_images(runs_dir / f'{run}.log')
         result.update(
-            device_record(started.command),
-            seconds_with_final_test=round(time.time() - started.start, 1),
+            device_record(spec.command),
+            seconds_with_final_test=round(seconds, 1),
             # the training loop's own rate (evaluated epochs), and the whole run's: images trained per second
             train_images_per_s=round(statistics.mean(r['train_img_per_sec'] for r in rows), 1),
             images_per_s=round(images * result['epochs'] / result['seconds'], 1) if images else None,
@@ -440,8 +406,6 @@ def finish_run(started: Started, data_dir: Path, runs_dir: Path, extra: Sequence
     for ckpt in work.glob('*.pth.tar'):  # keep the record small: curves and results, not weights
         ckpt.unlink()
     work.rename(runs_dir / run)
-    print(f'[done] {run}: final {result["final_top1"]:.2f} best {result["best_top1"]:.2f} '
-          f'in {result["seconds"] / 60:.1f} min', flush=True)
     return result
 
 
@@ -451,67 +415,20 @@ def read_train_images(log: Path) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def do_run(name: str, seed: int, data_dir: Path, runs_dir: Path, extra: Sequence[str] = ()) -> None:
-    """ One run to its end, in this process's time. """
-    started = start_run(name, seed, data_dir, runs_dir, extra)
-    if started is None:
-        return
-    with started.process:
-        if started.process.wait():
-            raise subprocess.CalledProcessError(started.process.returncode, started.command)
-    finish_run(started, data_dir, runs_dir, extra)
+def train_runs(runs: Sequence[tuple], data_dir: Path, runs_dir: Path, concurrent: int = 1,
+               deadline: Optional[float] = None, extra: Sequence[str] = ()) -> List[str]:
+    """ The runs through the package's runner (`timm_structinit.compare.runner`), `concurrent` at a time as separate
+    processes (sharing one GPU), in the order given; returns the runs not finished. With a `deadline`
+    (time.monotonic()'s), a run starts only if the longest finished run would still end before it, and the runs
+    under way then are stopped (their checkpoints let a later call resume them); a run that fails is reported and
+    the others go on. """
+    specs = [run_spec(name, seed, data_dir, runs_dir, extra) for name, seed in runs]
 
-
-def run_concurrently(runs: Sequence[tuple], data_dir: Path, runs_dir: Path, concurrent: int,
-                     deadline: Optional[float], extra: Sequence[str] = ()) -> List[str]:
-    """ The runs, `concurrent` at a time as separate processes (sharing one GPU), in the order given; returns the
-    runs not finished. With a `deadline` (time.monotonic()'s), a run starts only if the longest finished run would
-    still end before it, and the runs under way at the deadline are stopped (their checkpoints let a later call
-    resume them); every run finished before is kept. A run that fails is reported and the others go on. """
-    pending, active, longest, unfinished = list(runs), [], 0., []
-    while pending or active:
-        while pending and len(active) < concurrent:
-            name, seed = pending[0]
-            left = deadline - time.monotonic() if deadline else None
-            if left is not None and (longest > left or left <= 0):
-                print(f'[not started] {", ".join(run_name(*r) for r in pending)}: {left:.0f} s left of the time '
-                      f'limit, the longest finished run took {longest:.0f} s', flush=True)
-                unfinished += [run_name(*r) for r in pending]
-                pending = []
-                break
-            pending.pop(0)
-            started = start_run(name, seed, data_dir, runs_dir, extra)
-            if started is not None:
-                active.append(started)
-        for started in [s for s in active if s.process.poll() is not None]:
-            active.remove(started)
-            run = run_name(started.name, started.seed)
-            if started.process.returncode:
-                print(f'[failed] {run}: exit status {started.process.returncode}; see {runs_dir / run}.log',
-                      flush=True)
-                unfinished.append(run)
-                continue
-            try:
-                result = finish_run(started, data_dir, runs_dir, extra)
-                longest = max(longest, result.get('seconds_with_final_test', result['seconds']))
-            except (subprocess.CalledProcessError, RuntimeError, OSError) as e:
-                print(f'[failed] {run}: {e}; see {runs_dir / run}.log', flush=True)
-                unfinished.append(run)
-        if deadline is not None and time.monotonic() > deadline and active:
-            for started in active:  # stopped as Ctrl-C would: the run keeps its last checkpoint
-                started.process.send_signal(signal.SIGINT)
-            for started in active:
-                try:
-                    started.process.wait(timeout=60)
-                except subprocess.TimeoutExpired:  # a stop that hangs (a loader worker, say) is not waited for
-                    started.process.kill()
-                    started.process.wait()
-                print(f'[stopped] {run_name(started.name, started.seed)}: at the time limit; its checkpoint in '
-                      f'{started.work} resumes it', flush=True)
-                unfinished.append(run_name(started.name, started.seed))
-            active = []
-        time.sleep(1)
-    return unfinished
+    def finish(spec: RunSpec, seconds: float, resumed: bool) -> dict:
+        return finish_run(spec, seconds, resumed, data_dir, runs_dir, extra)
+    outcome = run_all(specs, finish, concurrent, deadline, log_dir=runs_dir,
+                      show=lambda line: print(line, flush=True))
+    return list(outcome.failed) + outcome.stopped + outcome.not_started
 
 
 def _spread(values: List[float]) -> str:
@@ -808,12 +725,13 @@ def main(argv=None) -> None:
             sys.exit(f'no CIFAR-10 ImageFolder at {args.data_dir}; pass --data-dir')
         else:
             runs_dir.mkdir(parents=True, exist_ok=True)
-            for name, seed in runs:
-                do_run(name, seed, args.data_dir, runs_dir, extra)
+            unfinished = train_runs(runs, args.data_dir, runs_dir, extra=extra)
+            if unfinished:
+                sys.exit(f'not finished: {", ".join(unfinished)} (their logs are in {runs_dir})')
             deadline = time.monotonic() + args.time_limit if args.time_limit else None
             for setup, setup_runs in gpu_runs.items():
-                unfinished = run_concurrently(setup_runs, args.data_dir, runs_dir,
-                                              args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
+                unfinished = train_runs(setup_runs, args.data_dir, runs_dir,
+                                        args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
                 if unfinished:
                     print(f'[{setup}] not finished: {", ".join(unfinished)}', flush=True)
     runs_dir.mkdir(parents=True, exist_ok=True)

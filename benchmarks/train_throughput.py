@@ -5,7 +5,9 @@ model. The plugin side is a registered model (`vit_tiny_patch2_32_gap_sincos`: a
 position embedding); the plain side is timm's own `VisionTransformer` (`vit_tiny_patch16_224` rebuilt with the same
 width, depth, heads, patch and pooling, learned position embedding), which uses no code of this package. Runs
 alternate plain / plugin to spread machine noise evenly, the first epoch of each run is discarded (warm-up), and the
-train-phase images/second of the rest (timm's summary CSV, evaluation excluded) are compared by median.
+train-phase images/second of the rest (timm's summary CSV, evaluation excluded) are compared by median, and round by
+round (each round's plugin median over its timm median, whose median over rounds is what a drifting machine load
+leaves least touched).
 
     python benchmarks/train_throughput.py --out benchmarks/results/train_throughput.txt
 """
@@ -57,6 +59,7 @@ def run_once(model, model_kwargs, args, workdir, tag):
         '--std', '0.2470', '0.2435', '0.2616', '--interpolation', 'bicubic', '--train-interpolation', 'bicubic',
         '--epochs', str(args.epochs), '--batch-size', str(args.batch_size), '--opt', 'adamw', '--lr', '1e-3',
         '--weight-decay', '0.05', '--warmup-epochs', '0', '--workers', str(args.workers), '--seed', '0',
+        '--device', args.device, *(['--amp'] if args.device == 'cuda' else []),
         '--log-interval', '100000', '--output', str(workdir), '--experiment', tag,
     ]
     if args.data == 'digits':
@@ -88,6 +91,7 @@ def main():
     parser.add_argument('--depth', type=int, default=6)
     parser.add_argument('--num-heads', type=int, default=4)
     parser.add_argument('--threads', type=int, default=0, help='torch intra-op threads (0: torch default)')
+    parser.add_argument('--device', default='cpu', help='cpu, or cuda (there with AMP, --amp)')
     parser.add_argument('--out', default='', help='also write the report to this file')
     args = parser.parse_args()
     if args.threads:
@@ -96,7 +100,8 @@ def main():
     lines = [
         f'# command: python {shlex.join(sys.argv)}',
         f'# date: {datetime.now().isoformat(timespec="seconds")}',
-        f'# torch {torch.__version__}, timm {timm.__version__}, python {platform.python_version()}, '
+        f'# device {torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}; '
+        f'torch {torch.__version__}, timm {timm.__version__}, python {platform.python_version()}, '
         f'{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, OMP_NUM_THREADS='
         f'{os.environ.get("OMP_NUM_THREADS", "unset")}',
         f'# data: {args.data}' + (f' ({args.data_dir}, {args.train_subset}-image class-balanced subset)'
@@ -110,19 +115,25 @@ def main():
         workdir = Path(tmp)
         for p, pair in enumerate(pairs(args)):
             rates = {label: [] for label, _, _ in pair}
+            round_ratios = []
             for r in range(args.rounds):
+                round_rates = []
                 for i, (label, model, kwargs) in enumerate(pair):
                     got = run_once(model, kwargs, args, workdir, f'{p}-{r}-{i}-{model}')
                     rates[label] += got
+                    round_rates.append(statistics.median(got))
                     line = f'round {r + 1} {label:<40s} ' + ' '.join(f'{v:7.1f}' for v in got)
                     print(line, flush=True)
                     lines.append(line)
+                round_ratios.append(round_rates[1] / round_rates[0])
             (plain, plain_rates), (plugin, plugin_rates) = rates.items()
             m_plain, m_plugin = statistics.median(plain_rates), statistics.median(plugin_rates)
             summary = [
                 f'{label:<40s} median {statistics.median(values):7.1f} img/s '
                 f'(min {min(values):.1f}, max {max(values):.1f})' for label, values in rates.items()]
-            summary.append(f'ratio plugin / timm: {m_plugin / m_plain:.3f}')
+            summary.append(f'ratio plugin / timm: {m_plugin / m_plain:.3f} (medians); paired by round (the machine\'s '
+                           f'drift cancels): median {statistics.median(round_ratios):.3f}, rounds '
+                           + ' '.join(f'{v:.3f}' for v in round_ratios))
             print('\n'.join(summary), flush=True)
             lines += summary
     if args.out:

@@ -21,7 +21,7 @@ from timm_structinit import cli
 from timm_structinit import train as train_mod
 from timm_structinit.data import DataError, ImageReadError, build_dataset, folder_dataset, named_item_reads
 from timm_structinit.train import epochs as epochs_mod, output as output_mod
-from train_command import one_line, run_main
+from train_command import lock_is_free, one_line, run_main
 
 TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
         'patch_size=8']
@@ -206,6 +206,7 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(b'')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['torch/svhn', 'torch/food101', 'torch/stl10', 'torch/flowers102',
                                   'torch/oxford_iiit_pet', 'torch/mnist', ''])
 def test_every_dataset_source_with_a_corrupt_copy_of_each_file(name, tmp_path):
@@ -316,6 +317,7 @@ def test_out_of_memory_during_the_work_is_one_line(error, tmp_path, capsys, monk
     assert not (tmp_path / 'o').exists() or not any((tmp_path / 'o').rglob('*.pth.tar'))
 
 
+@pytest.mark.slow
 def test_a_read_only_file_system_after_the_first_epoch_is_one_line(tmp_path, capsys, monkeypatch):
     from timm.utils import CheckpointSaver
     real_save, real_remove = CheckpointSaver.save_checkpoint, os.remove
@@ -341,6 +343,7 @@ def test_a_read_only_file_system_after_the_first_epoch_is_one_line(tmp_path, cap
     output_mod.release_output_dir(str(tmp_path / 'o' / 'r'))
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_is_one_line(tmp_path):
     cmd = [sys.executable, '-m', 'timm_structinit.train', *TINY, *DIGITS, *FAST[:-1], '2', '--output',
            str(tmp_path / 'o')]
@@ -386,12 +389,14 @@ def test_a_file_size_limit_is_said_as_such(tmp_path, monkeypatch):
         with output_mod.writing_output(str(tmp_path)):
             raise OSError(errno.EFBIG, 'File too large', str(tmp_path / 'last.pth.tar'))
     assert 'File too large' in str(info.value) and 'MiB free' not in str(info.value)
-    monkeypatch.setattr(output_mod, '_file_size_limit', lambda: 1 << 20)
+    from timm_structinit.utils import write_failures
+    monkeypatch.setattr(write_failures, 'file_size_limit', lambda: 1 << 20)
     with pytest.raises(output_mod.OutputWriteError, match='file-size limit of 1,048,576 bytes'):
         with output_mod.writing_output(str(tmp_path)):
-            raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0')
+            torch.save(torch.zeros(1000), '/dev/full')  # a RuntimeError without an errno, as torch.save gives
 
 
+@pytest.mark.slow
 def test_a_real_file_size_limit_is_said_as_such(tmp_path):
     import resource
     cmd = [sys.executable, '-m', 'timm_structinit.train', *TINY, *DIGITS, *FAST, '--output', str(tmp_path / 'o')]
@@ -403,6 +408,7 @@ def test_a_real_file_size_limit_is_said_as_such(tmp_path):
     assert result.returncode == 1 and 'file-size limit' in line and 'MiB free' not in line, line
 
 
+@pytest.mark.slow
 def test_a_stop_after_the_command_finished_says_so():
     code = ("import sys; sys.argv = ['timm-structinit']; import os, signal, timm_structinit\n"
             "from timm_structinit.train.failures import stop_on_signals\n"
@@ -444,7 +450,7 @@ def test_a_lock_file_of_another_host_that_nobody_holds_is_taken(tmp_path, capsys
     (run / output_mod.LOCK_NAME).write_text('a-host-that-crashed 77 123')
     code, out, err = run_main([*TINY, *DIGITS, *FAST, '--output', tmp_path / 'o', '--experiment', 'r'], capsys)
     assert code == 0, err
-    assert (run / 'last.pth.tar').exists() and not (run / output_mod.LOCK_NAME).exists()
+    assert (run / 'last.pth.tar').exists() and lock_is_free(run)  # taken, then released, its file in place
 
 
 # --- two spellings of one setting ------------------------------------------------------------------------------

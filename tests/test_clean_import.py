@@ -59,6 +59,7 @@ def _python(code: str, *args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_import_leaves_timms_objects_as_they_were():
     result = json.loads(_python(_SNAPSHOT))
     assert result['loaded'] == []  # so that the snapshot covers every timm module the package could touch
@@ -93,6 +94,7 @@ def test_registered_exports_is_the_hook_for_one_block(tmp_path):
     assert type(timm.create_model(source)) is timm.models.VisionTransformer
 
 
+@pytest.mark.slow
 def test_patch_timm_applies_both_for_the_process(tmp_path):
     folder = hub.export_model('vit_tiny_patch2_32_impulse3', tmp_path / 'imp', seed=1, model_kwargs=TINY)
     code = ('import sys, timm\n'

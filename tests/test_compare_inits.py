@@ -1,12 +1,11 @@
-""" benchmarks/compare_inits.py: the GPU setups train what the papers' setups say, through the shipped recipes; the
-concurrent runner keeps every finished run and starts none that cannot end in time; the committed runs count as
-done, and the report is rewritten from the runs alone. """
+""" benchmarks/compare_inits.py: the GPU setups train what the papers' setups say, through the shipped recipes and the
+package's runner (tests/test_compare.py tests the runner itself); the committed runs count as done, and the report is
+rewritten from the runs alone. """
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -61,34 +60,6 @@ def test_full_test_drops_every_evaluation_subset_and_extra_flags_win():
     assert '--val-subset' not in command and command[-2:] == ['--resume', '/out/run']
 
 
-def _sleeper(seconds):
-    """ A stand-in for start_run: a process that sleeps `seconds` (SIGINT ends it at once). """
-    def start(name, seed, data_dir, runs_dir, extra=()):
-        command = [sys.executable, '-c', f'import time; time.sleep({seconds})']
-        return compare_inits.Started(name, seed, runs_dir / name, command, False, time.time(),
-                                     subprocess.Popen(command))
-    return start
-
-
-def test_runner_starts_no_run_that_cannot_end_in_time(monkeypatch, tmp_path):
-    finished = []
-    monkeypatch.setattr(compare_inits, 'start_run', _sleeper(1.0))
-    monkeypatch.setattr(compare_inits, 'finish_run', lambda started, *a: finished.append(started.name) or dict(
-        seconds=time.time() - started.start))
-    runs = [('a', 0), ('b', 0), ('a', 1), ('b', 1)]
-    # two at a time: the first pair takes ~1 s, which the ~0.6 s left after it cannot hold
-    unfinished = compare_inits.run_concurrently(runs, tmp_path, tmp_path, 2, time.monotonic() + 1.6)
-    assert sorted(finished) == ['a', 'b'] and unfinished == ['a_s1', 'b_s1']
-
-
-def test_runner_stops_the_runs_under_way_at_the_deadline(monkeypatch, tmp_path):
-    monkeypatch.setattr(compare_inits, 'start_run', _sleeper(60))
-    monkeypatch.setattr(compare_inits, 'finish_run', lambda *a: pytest.fail('no run finishes'))
-    start = time.monotonic()
-    unfinished = compare_inits.run_concurrently([('a', 0), ('b', 0)], tmp_path, tmp_path, 2, start + 1)
-    assert unfinished == ['a_s0', 'b_s0'] and time.monotonic() - start < 10
-
-
 def _gpu_result(init, seed, final):
     return dict(init=init, seed=seed, model='m', model_kwargs={}, final_top1=final, best_top1=final + 1,
                 epochs=100, curve=[final - 5, final], curve_epochs=[50, 100], train_loss=[2., 1.], target_mass=[],
@@ -132,6 +103,7 @@ def test_papers_in_a_clone_trains_nothing_and_says_how_to_rerun(monkeypatch, tmp
     assert rows((out / 'results.md').read_text()) == rows((COMMITTED / 'results.md').read_text()) != []
 
 
+@pytest.mark.slow
 def test_packed_images_are_those_the_training_subset_reads_on_the_full_copy(cifar10_dir, tmp_path):
     """ The GPU machine reads the pack; the trainer's own `--train-subset 20` must read the same images from it as
     from the full copy, in the same order, and the pack holds the test images asked for, class-balanced. """
@@ -160,19 +132,19 @@ def test_packed_images_are_those_the_training_subset_reads_on_the_full_copy(cifa
 
 def test_only_narrows_a_gpu_setup_to_the_runs_named(monkeypatch, tmp_path):
     seen = []
-    monkeypatch.setattr(compare_inits, 'run_concurrently', lambda runs, *a: seen.extend(runs) or [])
-    monkeypatch.setattr(compare_inits, 'do_run', lambda *a: pytest.fail(f'{a[:2]} run outside the setup'))
+    monkeypatch.setattr(compare_inits, 'train_runs', lambda runs, *a, **k: seen.append((list(runs), a[2:3])) or [])
     (tmp_path / 'data' / 'train').mkdir(parents=True)
     compare_inits.main(['--gpu-2024', '--only', 'gpu2024_mimetic_s1', '--data-dir', str(tmp_path / 'data'),
                         '--out-dir', str(tmp_path / 'out')])
-    assert seen == [('gpu2024_mimetic', 1)]
+    # the CPU runs (none), then the setup's, three at a time
+    assert seen == [([], ()), ([('gpu2024_mimetic', 1)], (3,))]
 
 
 def test_papers_into_a_new_folder_trains_every_run_there_and_leaves_the_committed_ones(monkeypatch, tmp_path):
     """ The documented rerun (`--papers --out-dir NEW`), dry: every run of the papers' regime goes to NEW. """
     trained = []
-    monkeypatch.setattr(compare_inits, 'do_run', lambda name, seed, data, runs_dir, extra: trained.append(
-        (name, seed, runs_dir)))
+    monkeypatch.setattr(compare_inits, 'train_runs', lambda runs, data, runs_dir, *a, **k: trained.extend(
+        (name, seed, runs_dir) for name, seed in runs) or [])
     (tmp_path / 'data' / 'train').mkdir(parents=True)
     before = (COMMITTED / 'results.md').stat().st_mtime_ns
     compare_inits.main(['--papers', '--data-dir', str(tmp_path / 'data'), '--out-dir', str(tmp_path / 'new')])

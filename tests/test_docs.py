@@ -1,8 +1,12 @@
 """ Every command in the README and in docs/ keeps working as written: each option exists in the program it is given to,
 each recipe, model, script and file it names exists, each link points to a file and heading that exist, each Python
-example runs, and each command that can run here runs, in the order the docs give them (a later command may use what
-an earlier one wrote), shrunk through options a user could add (one epoch on a few images); the others are skipped
-with the reason. """
+example runs, and each command that can run here runs, shrunk through options a user could add (one epoch on a few
+images); the others are skipped with the reason.
+
+Each document's commands run in a folder of its own (standing for the repository's root), in the order the document
+gives them: a later command may use what an earlier one of the same document wrote, and its test first runs the
+earlier ones this process has not run yet. So each test holds on its own, in any process of pytest-xdist (`-n 2`);
+`--dist loadgroup` keeps a document's commands in one process (their xdist_group), so none runs twice. """
 import logging
 import re
 import shlex
@@ -17,6 +21,7 @@ import timm_structinit  # noqa: F401
 from timm_structinit import cli
 from timm_structinit import run as run_mod
 from timm_structinit import train as train_mod
+from timm_structinit_cli.structinit_parser import parse as parse_structinit
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / 'README.md', *sorted((REPO / 'docs').glob('*.md'))]
@@ -100,7 +105,9 @@ def test_documented_command(doc, tokens):
         assert _known_model(args.model), f'{doc}: unknown model {args.model}'
         return
     if program == 'timm-structinit':
-        args = cli.build_parser().parse_args(tokens[1:])
+        args = parse_structinit(tokens[1:])  # as the command parses it: compare leaves the training options
+        if args.command == 'compare':  # ... to the training command's parser
+            train_mod.build_parser().parse_args(args.train_options)
         if getattr(args, 'model', None):
             assert _known_model(args.model), f'{doc}: unknown model {args.model}'
         if args.command == 'recipes' and args.name:
@@ -151,6 +158,7 @@ PYTHON_EXAMPLES = [(path.relative_to(REPO), code) for path in DOCS for code in _
                    if 'local-dir:' not in code and 'hf-hub:' not in code]  # those need an export or the Hub
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('doc,code', PYTHON_EXAMPLES, ids=[f'{d}:{i}' for i, (d, _) in enumerate(PYTHON_EXAMPLES)])
 def test_python_example_runs(doc, code):
     threads = torch.get_num_threads()
@@ -172,6 +180,10 @@ NOT_RUN = (
     (r'^bash \.ci/run', 'CI: a fresh install and the whole suite'),
     (r'^git clone', "needs internet; the tests take timm's scripts from ../shared/timm-scripts"),
     (r'benchmarks/compare_inits\.py', 'hours of training; the benchmark is checked by its own runs'),
+    (r'^timm-structinit compare ', 'trains every arm x seed in its own process (minutes); tests/test_compare.py runs '
+                                   'a tiny comparison, a second call, a resume and every refusal'),
+    (r'benchmarks/(loader_parity|data_path|augment_cost|mnist5k_folder)\.py',
+     'hours of training or a benchmark of the machine; their committed results are in benchmarks/results'),
     (r'benchmarks/mutations\.py', 'runs the init tests once per planted bug (minutes); its committed result is '
                                  'benchmarks/results/mutations.txt'),
     (r'--device cuda', 'needs a CUDA GPU; benchmarks/gpu/run.sh runs it there'),
@@ -200,11 +212,11 @@ def _skip_reason(line: str):
 
 
 def _runnable():
-    """ (doc, line) of each distinct command, in the docs' order (the README first). """
+    """ (doc, line) of each distinct command of each document, in the document's order (the README first). """
     seen = set()
     for doc, line, _ in COMMAND_LINES:
-        if line not in seen:
-            seen.add(line)
+        if (doc, line) not in seen:
+            seen.add((doc, line))
             yield doc, line
 
 
@@ -237,11 +249,10 @@ def _shrink(tokens):
     return []
 
 
-@pytest.fixture(scope='module')
-def workdir(tmp_path_factory):
-    """ The folder every documented command runs in, with a tiny CIFAR-10 image folder (8 training and 4 test
-    images a class) for `path/to/cifar10`. """
-    root = tmp_path_factory.mktemp('docs')
+def _make_workdir(root: Path) -> Path:
+    """ A folder standing for the repository's root (with its docs/), with a tiny CIFAR-10 image folder (8 training
+    and 4 test images a class) for `path/to/cifar10`. """
+    (root / 'docs').mkdir(parents=True)
     g = torch.Generator().manual_seed(0)
     for split, count in (('train', 8), ('test', 4)):
         for c, name in enumerate(CIFAR10_CLASSES):
@@ -250,6 +261,18 @@ def workdir(tmp_path_factory):
                 pixels = torch.rand(32, 32, 3, generator=g) * 200 + c * 5
                 Image.fromarray(pixels.byte().numpy()).save(root / 'cifar10' / split / name / f'{i}.png')
     return root
+
+
+@pytest.fixture(scope='module')
+def workdirs(tmp_path_factory):
+    """ Each document's folder, made when its first command runs in this process, and the commands run there. """
+    made = {}
+
+    def workdir(doc: Path):
+        if doc not in made:
+            made[doc] = (_make_workdir(tmp_path_factory.mktemp(doc.stem)), set())
+        return made[doc]
+    return workdir
 
 
 def _resolve(line: str, workdir: Path) -> str:
@@ -287,17 +310,32 @@ def _run(tokens, capsys) -> None:
     assert code == 0, f'{" ".join(tokens)}\nexit status {code}\n{out[-3000:]}\n{err[-3000:]}'
 
 
-@pytest.mark.parametrize('doc,line', RUNNABLE, ids=[f'{d}:{line[:70]}' for d, line in RUNNABLE])
-def test_documented_command_runs(doc, line, workdir, monkeypatch, capsys):
-    reason = _skip_reason(line)
-    if reason:
-        pytest.skip(reason)
-    if TIMM_SCRIPT.search(line) and not (TIMM_SCRIPTS / 'train.py').is_file():
-        pytest.skip(f"timm's scripts not found at {TIMM_SCRIPTS}")
+def _run_line(line: str, workdir: Path, capsys) -> None:
+    """ Run one documented command line in `workdir` (the document's folder, the working folder already). """
     tokens = shlex.split(_resolve(line, workdir))
     while re.fullmatch(r'[A-Z_]+=\S*', tokens[0]):  # VAR=value prefixes: the tests run on one thread anyway
         tokens = tokens[1:]
-    monkeypatch.chdir(workdir)
     if '--resume' in tokens:  # first the run it continues: one epoch of the same command
         _run([*tokens[:tokens.index('--resume')], *OUR_TRAINING, '--experiment', 'resumable'], capsys)
     _run([*tokens, *_shrink(tokens)], capsys)
+
+
+def _runs_here(line: str) -> bool:
+    return _skip_reason(line) is None and not (TIMM_SCRIPT.search(line) and not (TIMM_SCRIPTS / 'train.py').is_file())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('doc,line', [pytest.param(d, line, marks=pytest.mark.xdist_group(str(d)))
+                                      for d, line in RUNNABLE], ids=[f'{d}:{line[:70]}' for d, line in RUNNABLE])
+def test_documented_command_runs(doc, line, workdirs, monkeypatch, capsys):
+    reason = _skip_reason(line)
+    if reason:
+        pytest.skip(reason)
+    if not _runs_here(line):
+        pytest.skip(f"timm's scripts not found at {TIMM_SCRIPTS}")
+    workdir, done = workdirs(doc)
+    monkeypatch.chdir(workdir)
+    earlier = [other for d, other in RUNNABLE[:RUNNABLE.index((doc, line))] if d == doc and _runs_here(other)]
+    for other in [*(o for o in earlier if o not in done), line]:
+        done.add(other)  # tried once: a command that fails is reported by its own test, not run again
+        _run_line(other, workdir, capsys)

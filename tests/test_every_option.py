@@ -124,6 +124,8 @@ TRAIN_INVALID = {
     '--log-interval': (['--log-interval', '0'], None),
     '--val-interval': (['--val-interval', '0'], None),
     '--checkpoint-hist': (['--checkpoint-hist', '0'], None),
+    '--stop-signals': (['--stop-signals', 'SIGKILL'], None),
+    '--loader': (['--loader', 'gpu'], None),
     '--workers': (['--workers', '-1'], None),
     '--pin-mem': (['--pin-mem=1'], None),
     '--no-prefetcher': (['--no-prefetcher=1'], None),
@@ -201,6 +203,8 @@ CLI_BASE = {
              '--out', '{target}.png'],
     'recipes': ['recipes'],
     'models': ['models'],
+    'compare': ['compare', '--out', '{target}', '--dataset', 'sklearn/digits', '--epochs', '1', '--model-kwargs',
+                'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8'],
 }
 # (command, option) -> (arguments replacing or extending the base, text the error must contain)
 CLI_INVALID = {
@@ -235,6 +239,16 @@ CLI_INVALID = {
     ('recipes', 'name'): (['recipes', 'nope'], 'nope'),
     ('recipes', '--path'): (['--path'], '--path'),
     ('models', 'filter'): (['models', 'nope*'], 'nope*'),
+    ('compare', '--out'): (['--out', '{file}'], '--out'),
+    ('compare', '--data-dir'): (['--dataset', '', '--data-dir', '/nonexistent/data'], '--data-dir'),
+    ('compare', '--model'): (['--model', 'no_such_model'], 'no_such_model'),
+    ('compare', '--model-kwargs'): (['--model-kwargs', 'depht=2'], 'depht'),
+    ('compare', '--inits'): (['--inits', 'plain', 'nope'], 'nope'),
+    ('compare', '--seeds'): (['--seeds', '0'], '--seeds'),
+    ('compare', '--device'): (['--device', 'tpu'], '--device'),
+    ('compare', '--concurrent'): (['--concurrent', '0'], '--concurrent'),
+    ('compare', '--time-limit'): (['--time-limit', '-5'], '--time-limit'),
+    ('compare', '--report'): (['--report=1'], '--report'),
 }
 
 

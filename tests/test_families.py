@@ -226,6 +226,7 @@ def test_mixer_mixing_maps_are_the_shift():
     assert [r['mass'] for r in family_summary(model)] == pytest.approx([1.0, 1.0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name,model_kwargs,kwargs', [
     ('swin_tiny_patch2_window4_32_impulse3', dict(embed_dim=24, depths=(2,), num_heads=(3,)),
      ['embed_dim=24', 'depths=(2,)', 'num_heads=(3,)']),

@@ -396,6 +396,7 @@ def _trained_on_folder(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_exports_load_in_plain_timm_with_the_same_outputs(tmp_path):
     exports, seeds = {}, {}  # folder -> the model export wrote, and its seed
     for i, (name, kwargs) in enumerate(FAMILIES):
@@ -471,6 +472,7 @@ def test_without_timms_private_parser_the_package_still_imports(monkeypatch, cap
            in caplog.text
 
 
+@pytest.mark.slow
 def test_a_changed_private_parser_degrades_to_plain_timm_with_a_warning(tmp_path):
     folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=TINY)
     code = ('import sys, safetensors.torch, timm, timm.models._hub as h, torch\n'
@@ -490,6 +492,7 @@ def test_a_changed_private_parser_degrades_to_plain_timm_with_a_warning(tmp_path
     assert "exports load as timm's VisionTransformer (same weights and outputs)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_import_alone_loads_plain_timm_and_patch_timm_the_registered_model(tmp_path):
     folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=TINY)
     code = ('import sys, timm, timm_structinit\n'
@@ -728,6 +731,7 @@ def test_transport_errors_of_the_http_client_are_caught(fake_hub):
         hub.push_model(MIMETIC, REPO, model_kwargs=TINY)
 
 
+@pytest.mark.slow
 def test_command_line_process_errors_without_traceback(tmp_path):
     taken = tmp_path / 'taken'
     taken.mkdir()

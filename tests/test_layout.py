@@ -2,18 +2,25 @@
 a parent package's `__init__` counts, as it needs that `__init__` to have run), no module imports a command's module
 but the command itself, the top level holds only the face, the version, the errors, the commands' entry points and
 the modules that must stay importable where they are, and modules and functions stay short enough to read as one
-idea. """
+idea. The commands' light package beside it (`timm_structinit_cli`: the parsers and the console entry points) imports
+neither torch, timm nor the package, but for the entry points' run after parsing. """
 import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'timm_structinit'
+LIGHT = PACKAGE.parent / 'timm_structinit_cli'
+# what `--help`, `--version` and a usage error must not wait for (seconds of imports); the entry points import the
+# package, once the arguments are parsed, inside the functions that run it
+HEAVY = ('torch', 'timm', 'timm_structinit')
+ENTRY_POINTS = 'timm_structinit_cli.entry'
 # the commands' own modules: what they hold is the command's, and what two parts share lives below them
 COMMAND_MODULES = ('timm_structinit.cli', 'timm_structinit.train.__main__')
 # the top level: the face and the version, the error types, the `timm-structinit` entry point, `python -m
 # timm_structinit.run` and `--device-modules timm_structinit.patched`; everything else lives in a folder of its kind
 TOP_LEVEL_MODULES = {'__init__.py', 'version.py', 'errors.py', 'cli.py', 'run.py', 'patched.py'}
-TOP_LEVEL_FOLDERS = {'models', 'inits', 'layers', 'data', 'diagnostics', 'hub', 'train', 'recipes', 'utils'}
+TOP_LEVEL_FOLDERS = {'models', 'inits', 'layers', 'data', 'diagnostics', 'hub', 'train', 'compare', 'recipes',
+                     'utils'}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -24,7 +31,7 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> Dict[str, Path]:
-    return {_module_name(p): p for p in sorted(PACKAGE.rglob('*.py'))}
+    return {_module_name(p): p for package in (PACKAGE, LIGHT) for p in sorted(package.rglob('*.py'))}
 
 
 def _imports(name: str, path: Path, known: Set[str]) -> Set[str]:
@@ -127,8 +134,47 @@ def test_the_top_level_holds_the_face_and_folders_by_kind():
 def test_no_module_imports_a_command_module():
     graph = import_graph()
     wrong = sorted(f'{name} imports {command}' for name, imported in graph.items() for command in COMMAND_MODULES
-                   if command in imported and name != command and name not in _parents(command))
+                   if command in imported and name not in (command, ENTRY_POINTS) and name not in _parents(command))
     assert wrong == []
+
+
+def _imported_names(tree: ast.AST, top_level_only: bool) -> Set[str]:
+    """ The absolute module names a module imports: those at its top level (outside every function), or all. """
+    names: Set[str] = set()
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        if top_level_only and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module or '')
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _heavy(names: Set[str]) -> List[str]:
+    return sorted(n for n in names if n.split('.')[0] in HEAVY)
+
+
+def test_the_light_package_imports_neither_torch_timm_nor_the_package():
+    """ At import, no module of it does; the entry points alone import the package, inside the functions that run
+    it once the arguments are parsed. """
+    modules = {name: path for name, path in _modules().items() if name.split('.')[0] == LIGHT.name}
+    assert {f'{LIGHT.name}.entry', f'{LIGHT.name}.train_parser', f'{LIGHT.name}.structinit_parser'} <= set(modules)
+    wrong = {name: _heavy(_imported_names(ast.parse(path.read_text()), top_level_only=True))
+             for name, path in modules.items()}
+    assert {name: found for name, found in wrong.items() if found} == {}
+    late = {name: _heavy(_imported_names(ast.parse(path.read_text()), top_level_only=False))
+            for name, path in modules.items() if name != ENTRY_POINTS}
+    assert {name: found for name, found in late.items() if found} == {}
+
+
+def test_the_light_check_sees_an_import_at_the_top_and_in_a_function():
+    source = 'import os\nfrom timm.layers import Mlp\ndef f():\n    import torch\n'
+    assert _heavy(_imported_names(ast.parse(source), top_level_only=True)) == ['timm.layers']
+    assert _heavy(_imported_names(ast.parse(source), top_level_only=False)) == ['timm.layers', 'torch']
 
 
 def test_no_module_over_the_line_limit():

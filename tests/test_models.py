@@ -33,6 +33,7 @@ def test_pretrained_cfg(name):
     assert cfg['architecture'] == name and cfg['first_conv'] == 'patch_embed.proj'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', REGISTERED)
 def test_forward_backward_features_roundtrip(name):
     torch.manual_seed(0)
@@ -141,6 +142,7 @@ def test_bad_model_args(kwargs, words):
         assert word in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', REGISTERED)
 def test_torchscript(name, tmp_path):
     """ As timm's own model tests do: every registered model scripts and gives the eager outputs, and survives

@@ -1,5 +1,5 @@
-""" The training recipes ship inside the package, are addressed by name from any folder, are listed with their
-sources, and the 2025 paper's recipes carry the authors' commands option by option. """
+""" The training recipes ship inside the package, are addressed by name from any folder, each cites its source, and
+the 2025 paper's recipes carry the authors' commands option by option. """
 import re
 import subprocess
 import sys
@@ -67,6 +67,19 @@ def test_2025_recipes_carry_the_authors_commands(method, monkeypatch):
             assert args.dataset == f'torch/{dataset}'
 
 
+@pytest.mark.parametrize('dataset', ['cifar10', 'cifar100', 'svhn'])
+def test_the_2024_baseline_recipe_is_the_impulse_recipe_on_the_plain_base(dataset):
+    """ The 2024 paper's baseline arm: its impulse recipe's every value, on the same architecture at timm's default
+    init (vit_tiny_patch2_32_gap_sincos: average pooling, fixed sin-cos, trunc-normal weights). """
+    impulse = yaml.safe_load(recipe_path(f'impulse_vit_tiny_patch2_{dataset}').read_text())
+    default = yaml.safe_load(recipe_path(f'default_vit_tiny_patch2_{dataset}').read_text())
+    assert impulse.pop('model') == 'vit_tiny_patch2_32_impulse3'
+    assert default.pop('model') == 'vit_tiny_patch2_32_gap_sincos'
+    assert default == impulse
+    args = train_mod.parse_args(['-c', f'default_vit_tiny_patch2_{dataset}', '--data-dir', 'data'])
+    assert args.model == 'vit_tiny_patch2_32_gap_sincos' and args.model_kwargs == {}
+
+
 # a path that means something only on the machine that wrote it: parent-relative, or absolute under a local root
 LOCAL_PATH = re.compile(r'(?<![\w.])\.\./\w|(?<![\w:/.])/(?:work|home|tmp|root|mnt|data|Users)/|\bshared/(?:data|timm)')
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +131,7 @@ def test_recipes_resolve_by_name_from_any_folder(tmp_path, monkeypatch):
 def test_recipes_command_lists_prints_and_locates(capsys):
     assert cli.main(['recipes']) == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in list_recipes()) and 'arXiv 2404.01139' in out
+    assert all(name in out for name in list_recipes())  # what each trains: tests/test_help_texts.py
     assert cli.main(['recipes', 'digits']) == 0
     assert capsys.readouterr().out == recipe_path('digits').read_text()
     assert cli.main(['recipes', 'digits', '--path']) == 0
@@ -128,6 +141,7 @@ def test_recipes_command_lists_prints_and_locates(capsys):
     assert err.count('\n') == 1 and "'nope' is neither a file nor a packaged recipe" in err
 
 
+@pytest.mark.slow
 def test_timm_scripts_get_the_recipe_file(tmp_path):
     path = str(recipe_path('impulse_vit_tiny_patch2_cifar10'))
     assert with_recipe_files(['-c', 'impulse_vit_tiny_patch2_cifar10', '--epochs', '1']) == ['-c', path, '--epochs',

@@ -43,6 +43,7 @@ def assert_sound(model, bound):
     model.float()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('seed,num_threads', BAD_SEEDS)
 @pytest.mark.parametrize('name,kwargs,bound', [
     ('vit_tiny_patch2_32_mimetic', {}, 4.0),
@@ -55,6 +56,7 @@ def test_weights_sound_for_seeds_that_broke_them(name, kwargs, bound, seed, num_
     assert_sound(timm.create_model(name, **kwargs), bound)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('num_threads', [1, 2])
 def test_factor_sweep_50_seeds(num_threads, threads):
     """ ViT-T's V/proj draws (full rank, where a singular value near zero broke the factors) for 50 seeds. """

@@ -19,6 +19,7 @@ import timm_structinit
 from timm_structinit import cli
 from timm_structinit import train as train_mod
 from timm_structinit.data import folder_dataset
+from train_command import lock_is_free
 
 TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
         'patch_size=8']
@@ -41,6 +42,7 @@ def _train_cmd(data: Path, out: Path, *extra) -> list:
             *FAST, '--output', str(out), *map(str, extra)]
 
 
+@pytest.mark.slow
 def test_two_runs_into_one_folder_one_wins(tmp_path):
     data = _folder(tmp_path / 'data', per_class=16)
     cmd = _train_cmd(data, tmp_path / 'out', '--experiment', 'same', '--epochs', 2)
@@ -55,9 +57,10 @@ def test_two_runs_into_one_folder_one_wins(tmp_path):
     assert len(lines) == 1 and ('in use by another run' in lines[0] or 'already exists' in lines[0]), loser
     run = tmp_path / 'out' / 'same'
     assert len((run / 'summary.csv').read_text().splitlines()) == 3  # one run's two epochs, header included
-    assert not (run / '.timm-structinit.lock').exists()
+    assert lock_is_free(run)  # its file stays in place, released
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_dead_run_is_taken_over(tmp_path, capsys):
     run = tmp_path / 'out' / 'r'
     run.mkdir(parents=True)
@@ -67,7 +70,8 @@ def test_a_lock_left_by_a_dead_run_is_taken_over(tmp_path, capsys):
     argv = ['--dataset', 'sklearn/digits', '--val-split', 'test', *TINY, *FAST, '--train-subset', 32, '--val-subset',
             20, '--epochs', 1, '--output', tmp_path / 'out', '--experiment', 'r']
     assert train_mod.main([str(a) for a in argv]) == 0, capsys.readouterr().err
-    assert (run / 'last.pth.tar').exists() and not (run / '.timm-structinit.lock').exists()
+    assert (run / 'last.pth.tar').exists() and lock_is_free(run)
+    assert (run / '.timm-structinit.lock').read_text() == f'{os.uname().nodename} {os.getpid()}'  # the last holder
 
 
 def _stop_after(cmd, pattern: str, signum: int, timeout: float = 600):
@@ -84,6 +88,7 @@ def _stop_after(cmd, pattern: str, signum: int, timeout: float = 600):
     return proc.returncode, seen + out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP])
 def test_stop_signal_in_the_first_epoch_leaves_nothing(signum, tmp_path):
     data = _folder(tmp_path / 'data', per_class=64)
@@ -97,6 +102,7 @@ def test_stop_signal_in_the_first_epoch_leaves_nothing(signum, tmp_path):
     assert not (tmp_path / 'out').exists()  # not even args.yaml: the next run with --experiment first may start
 
 
+@pytest.mark.slow
 def test_sigterm_after_an_epoch_says_how_to_resume(tmp_path):
     data = _folder(tmp_path / 'data', per_class=64)
     cmd = _train_cmd(data, tmp_path / 'out', '--experiment', 'later', '--epochs', 5, '--batch-size', 2)
@@ -105,9 +111,10 @@ def test_sigterm_after_an_epoch_says_how_to_resume(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and 'interrupted (SIGTERM)' in lines[0] and '--resume' in lines[0], err
     last = tmp_path / 'out' / 'later' / 'last.pth.tar'
-    assert last.exists() and not (tmp_path / 'out' / 'later' / '.timm-structinit.lock').exists()
+    assert last.exists() and lock_is_free(tmp_path / 'out' / 'later')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_stop_sent_to_the_whole_process_group_is_one_line(signum, tmp_path):
     """ `timeout`, SLURM, a closing terminal and Ctrl-C signal every process of the group, the loader's workers
@@ -151,6 +158,7 @@ def test_a_stop_while_the_loader_forks_is_raised_after_it():
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
     """ Importing torch and timm takes seconds before a command's own handlers are in place. """
@@ -208,6 +216,7 @@ def test_a_stop_inside_torchs_native_start_up_is_one_line(delay):
     assert lines == ['timm-structinit-train: interrupted (SIGALRM) while starting: nothing was done'], done.stderr
 
 
+@pytest.mark.slow
 def test_a_failing_process_ends_a_distributed_run_with_one_line(tmp_path):
     """ A truncated JPEG that only one process reads: every process ends, rank 0 prints the one line, no process
     prints a traceback (torchrun's own report of the failed launch follows, as for any failed torchrun job). """
@@ -249,7 +258,9 @@ def test_a_decompression_bomb_is_named(tmp_path, capsys, monkeypatch):
     folder = _folder(tmp_path / 'data')
     Image.new('RGB', (64, 64)).save(folder / 'train' / 'dog' / 'huge.png')
     monkeypatch.setattr(Image, 'MAX_IMAGE_PIXELS', 1500)  # 64 x 64 = 4,096 > 2 x 1,500: Pillow's error
-    argv = ['--data-dir', folder, '--val-split', 'test', *TINY, *FAST, '--epochs', 1, '--output', tmp_path / 'out']
+    # batches of 3 take all 9 training images, whatever their order
+    argv = ['--data-dir', folder, '--val-split', 'test', *TINY, *FAST, '--epochs', 1, '--batch-size', 3,
+            '--output', tmp_path / 'out']
     assert train_mod.main([str(a) for a in argv]) == 1
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and 'huge.png' in err and 'MAX_IMAGE_PIXELS' in err and 'Traceback' not in err

@@ -21,6 +21,7 @@ import pytest
 
 import timm_structinit
 
+pytestmark = pytest.mark.slow  # timm's own model tests in a subprocess: minutes
 REPO = Path(__file__).resolve().parents[1]
 TIMM_TESTS = REPO.parent / 'shared' / 'timm-tests' / 'test_models.py'
 REPRESENTATIVE = ['vit_tiny_patch2_32_mimetic', 'vit_tiny_patch2_32_impulse3', 'swin_tiny_patch2_window4_32_impulse3',

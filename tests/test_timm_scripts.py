@@ -87,6 +87,7 @@ def trained(image_folder, tmp_path_factory) -> Path:
     return out / 'run'
 
 
+@pytest.mark.slow
 @needs_scripts
 def test_train_script(trained, image_folder):
     with open(trained / 'summary.csv') as f:
@@ -101,6 +102,7 @@ def test_train_script(trained, image_folder):
     assert float(rows[0]['eval_loss']) == pytest.approx(loss, rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.slow
 @needs_scripts
 def test_validate_script(trained, image_folder, tmp_path):
     results = tmp_path / 'results.csv'
@@ -113,6 +115,7 @@ def test_validate_script(trained, image_folder, tmp_path):
     assert row['model'] == 'vit_tiny_patch2_32_impulse3' and float(row['top1']) == pytest.approx(top1, abs=1e-2)
 
 
+@pytest.mark.slow
 @needs_scripts
 def test_inference_script(trained, image_folder, tmp_path):
     _run(['-m', 'timm_structinit.run', SCRIPTS / 'inference.py', '--model', 'vit_tiny_patch2_32_impulse3',
@@ -131,6 +134,7 @@ def test_inference_script(trained, image_folder, tmp_path):
         assert float(row['prob_0']) == pytest.approx(output.softmax(-1).max().item(), abs=1e-5), name
 
 
+@pytest.mark.slow
 @needs_scripts
 def test_plain_validate_script_on_an_export(trained, image_folder, tmp_path):
     """ An export of the trained checkpoint is a plain timm model: timm's validate.py reads it as `local-dir:`
@@ -153,6 +157,7 @@ def test_plain_validate_script_on_an_export(trained, image_folder, tmp_path):
     assert top1['plain'] == top1['plugin']
 
 
+@pytest.mark.slow
 @needs_scripts
 def test_benchmark_script(tmp_path):
     results = tmp_path / 'bench.json'
@@ -172,6 +177,21 @@ def test_run_refuses_missing_script(tmp_path, capsys):
     assert run_main([str(tmp_path / 'validate.py')]) == 2
     assert 'validate.py' in capsys.readouterr().err
     assert run_main([]) == 2
+
+
+def test_a_script_stopped_by_an_unnamed_missing_file_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """ timm's load_checkpoint logs the path and raises FileNotFoundError() with no message: the line names the
+    option and the file, not an empty `error:`. """
+    script = tmp_path / 'validate.py'
+    script.write_text('raise FileNotFoundError()\n')
+    monkeypatch.chdir(tmp_path)
+    assert run_main([str(script), '--checkpoint', 'missing.pth.tar', '--device', 'cpu']) == 2
+    assert capsys.readouterr().err == ("timm_structinit.run: error: validate.py: --checkpoint 'missing.pth.tar': "
+                                       "no such file\n")
+    (tmp_path / 'there.pth.tar').write_bytes(b'')  # no missing file among the arguments: said as such
+    assert run_main([str(script), '--checkpoint=there.pth.tar', '--device', 'cpu']) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'validate.py stopped on a missing file without naming it' in err
 
 
 def test_run_passes_arguments_and_exit_status(tmp_path):

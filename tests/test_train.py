@@ -25,7 +25,6 @@ from timm_structinit.recipes import RECIPES_DIR  # noqa: E402
 from train_command import run_main  # noqa: E402
 
 CONFIGS = sorted(RECIPES_DIR.glob('*.yaml'))
-SHARED_CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
 
 TINY_MODEL = ['--model', 'vit_tiny_patch2_32_mimetic',
               '--model-kwargs', 'embed_dim=32', 'depth=2', 'num_heads=2', 'patch_size=8']
@@ -63,10 +62,9 @@ def load(path):
     return torch.load(path, map_location='cpu', weights_only=False)
 
 
-@pytest.mark.skipif(not SHARED_CIFAR10.is_dir(),
-                    reason=f'needs CIFAR-10 at {SHARED_CIFAR10} (../shared beside the repository); not found')
-def test_cifar10_slice_trains_and_writes_outputs(tmp_path, capsys):
-    argv = [*TINY_MODEL, *FAST, '--data-dir', SHARED_CIFAR10, '--val-split', 'test', '--train-subset', 256,
+@pytest.mark.slow
+def test_cifar10_slice_trains_and_writes_outputs(tmp_path, capsys, cifar10_dir):
+    argv = [*TINY_MODEL, *FAST, '--data-dir', cifar10_dir, '--val-split', 'test', '--train-subset', 256,
             '--val-subset', 100, '--epochs', 3, '--smoothing', 0, '--output', tmp_path, '--experiment', 'c10',
             '--plot', '--checkpoint-hist', 2]
     code, out, err = run_main(argv, capsys)
@@ -89,6 +87,7 @@ def test_cifar10_slice_trains_and_writes_outputs(tmp_path, capsys):
     assert abs(float(rows[-1]['eval_top1']) - float(out.split('final top-1 ')[1].split('%')[0])) < 0.01
 
 
+@pytest.mark.slow
 def test_digits_config_learns(tmp_path, capsys):
     """ The main job's config, shortened: accuracy must clear chance (10%) by a wide margin. """
     argv = ['-c', 'digits', '--epochs', 6, '--warmup-epochs', 1, '--batch-size', 32,
@@ -134,6 +133,7 @@ def test_resume_matches_uninterrupted_run(reference_run, tmp_path, capsys):
             assert float(row[key]) == pytest.approx(float(ref_rows[row['epoch']][key]), rel=1e-5, abs=1e-6), key
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_last_good_checkpoint(reference_run, tmp_path):
     """ SIGKILL mid-run: last.pth.tar stays loadable and --resume DIR finishes with the uninterrupted weights. """
     run = tmp_path / 'killed'
@@ -181,6 +181,7 @@ def test_failed_save_leaves_a_resumable_run(tmp_path, monkeypatch, capsys):
     assert load(run / 'last.pth.tar')['epoch'] == 2
 
 
+@pytest.mark.slow
 def test_ddp_two_processes(tmp_path):
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
            '-m', 'timm_structinit.train', *map(str, TINY_MODEL), *FAST, *DIGITS, '--train-subset', '256',

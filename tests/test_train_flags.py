@@ -82,6 +82,7 @@ def test_aug_repeats_needs_a_distributed_run(capsys):
     assert code == 2 and err.count('\n') == 1 and '--aug-repeats 3.0 needs a distributed run' in err
 
 
+@pytest.mark.slow
 def test_aug_repeats_in_a_distributed_run(tmp_path):
     """ timm's RepeatAugSampler: every image 3 times per epoch, spread over the processes, the epoch cut to a multiple
     of 256 images (1,347 digits: 1,280, so 640 per process, 20 batches of 32) instead of 674 per process. """
@@ -95,6 +96,7 @@ def test_aug_repeats_in_a_distributed_run(tmp_path):
     assert _state(tmp_path / 'repeats' / 'last.pth.tar')['optimizer']['state'][0]['step'].item() == 20
 
 
+@pytest.mark.slow
 def test_torchcompile_trains_a_tiny_model(tmp_path, capsys, caplog):
     argv = [*TINY, *DIGITS, '--train-subset', 64, '--val-subset', 20, '--batch-size', 32, '--epochs', 1,
             '--torchcompile', '--output', tmp_path, '--experiment', 'c']
@@ -107,7 +109,9 @@ def test_torchcompile_trains_a_tiny_model(tmp_path, capsys, caplog):
     assert code == 2 and "--torchcompile-mode 'fastest' is not valid" in err
 
 
+@pytest.mark.slow
 def test_log_wandb_offline_writes_its_run_folder(tmp_path):
+    pytest.importorskip('wandb', reason='--log-wandb needs wandb (the wandb extra)')
     cmd = [sys.executable, '-m', 'timm_structinit.train', *TINY, *DIGITS, '--train-subset', '64', '--val-subset', '20',
            '--batch-size', '32', '--epochs', '2', '--log-wandb', '--wandb-project', 'structinit-test',
            '--output', str(tmp_path / 'out'), '--experiment', 'w']

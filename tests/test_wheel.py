@@ -15,8 +15,9 @@ from test_torchvision_data import make_food101
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(not (REPO / '.git').exists() or shutil.which('git') is None,
-                                reason='needs a git checkout of the repository')
+pytestmark = [pytest.mark.slow,  # a clone, a wheel build and a fresh venv: a minute
+              pytest.mark.skipif(not (REPO / '.git').exists() or shutil.which('git') is None,
+                                 reason='needs a git checkout of the repository')]
 
 
 def _build_isolation() -> list:
@@ -73,6 +74,11 @@ def test_the_wheel_holds_the_license_and_the_typing_marker(installed):
     assert licenses and 'timm_structinit/py.typed' in names
     text = zipfile.ZipFile(wheel).read(licenses[0]).decode()
     assert 'Apache License' in text and 'Version 2.0, January 2004' in text and 'END OF TERMS AND CONDITIONS' in text
+    # the commands' light package, where the console scripts parse their arguments before torch is imported
+    assert 'timm_structinit_cli/entry.py' in names and 'timm_structinit_cli/train_parser.py' in names
+    scripts = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith('.dist-info/entry_points.txt'))).decode()
+    assert 'timm-structinit = timm_structinit_cli.entry:structinit' in scripts
+    assert 'timm-structinit-train = timm_structinit_cli.entry:train' in scripts
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith('.dist-info/METADATA'))).decode()
     assert 'License-Expression: Apache-2.0' in metadata and 'Project-URL: ' in metadata
 
@@ -91,7 +97,8 @@ def test_the_wheel_holds_the_recipes(installed):
     names = zipfile.ZipFile(wheel).namelist()
     packaged = {Path(n).stem for n in names if n.startswith('timm_structinit/recipes/') and n.endswith('.yaml')}
     assert {'digits', 'impulse_vit_tiny_patch2_cifar10', 'impulse2025_vit_tiny_patch16_224_food101'} <= packaged
-    assert packaged == {p.stem for p in (REPO / 'timm_structinit' / 'recipes').glob('*.yaml')}
+    clone = wheel.parent.parent / 'clone'  # the source the wheel was built from
+    assert packaged == {p.stem for p in (clone / 'timm_structinit' / 'recipes').glob('*.yaml')}
     assert not any(n.startswith(('tests/', 'benchmarks/', 'configs/')) for n in names)
 
 

@@ -11,8 +11,9 @@ attention), `hub/` (export and push), `train/` (the training command), `recipes/
 shares); `errors` holds the error types and their exit statuses, `version` the version.
 """
 from .version import __version__  # noqa: F401
-from .utils.startup import quiet_startup_stops
+from .utils.startup import quiet_startup_stops, refuse_gone_working_folder
 quiet_startup_stops()  # first: before torch and timm take their seconds to import
+refuse_gone_working_folder()  # torch's math library aborts the import in a deleted folder
 from .inits import apply_init, list_inits, make_init_cfg, register_init  # noqa: E402
 from .models import (  # noqa: E402
     CIFAR10_MEAN, CIFAR10_STD, StructMlpMixer, StructSwinTransformer, StructVisionTransformer, list_models)

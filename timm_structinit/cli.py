@@ -7,10 +7,13 @@
                          [--images DIR] [--num-images N] [--out FIG.png]
     timm-structinit recipes [NAME [--path]]
     timm-structinit models [FILTER]
+    timm-structinit compare --out DIR [--data-dir DIR] [--model M] [--inits ...] [--seeds N] [training options]
 
 A subcommand is a `Command`: a help line, a function adding its arguments to its parser and a function running it
 (returning the exit code). `register_command` adds one; `main` builds the parser from the registry, so a new
-subcommand needs no change here beyond its own two functions and one `register_command` call.
+subcommand needs no change here beyond its own two functions and one `register_command` call. The package's own
+subcommands declare their options in `timm_structinit_cli.structinit_parser`, whose console entry point parses the
+command line before torch and timm are imported and then calls `run_parsed`.
 
 Every expected failure prints one line, `timm-structinit <command>: error: ...`, to stderr. The exit status is 2
 when the input is wrong (a usage error, an invalid argument, an unreadable checkpoint or image folder, a target
@@ -22,15 +25,17 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
-from .errors import HubError, RunStopped, exit_status
-from .utils.command_line import OneLineArgumentParser, error_line, output_closed  # noqa: F401  part of this API
+from timm_structinit_cli import structinit_parser
+from timm_structinit_cli.structinit_parser import PROG, SUBCOMMANDS
+
+from .errors import HubError, ImageReadError, RunStopped, StreamWriteError, exit_status
+from .utils.command_line import (  # noqa: F401  part of this API
+    OneLineArgumentParser, error_line, guard_streams, output_closed, say, stream_failed)
 from .utils.kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
-from .version import __version__
+from .utils.startup import working_folder_gone
 
-__all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'ParseKwargs', 'format_kwargs',
-           'OneLineArgumentParser', 'error_line', 'exit_status', 'output_closed']
-
-PROG = 'timm-structinit'
+__all__ = ['Command', 'COMMANDS', 'register_command', 'build_parser', 'main', 'run_parsed', 'ParseKwargs',
+           'format_kwargs', 'OneLineArgumentParser', 'error_line', 'exit_status', 'output_closed']
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    # the options it does not know go to `args.train_options` (compare passes them to the training command)
+    passes_options: bool = False
 
 
 # subcommand name -> Command, in the order `--help` lists them
@@ -49,44 +56,13 @@ def register_command(
         help: str,
         add_arguments: Callable[[argparse.ArgumentParser], None],
         run: Callable[[argparse.Namespace], int],
+        passes_options: bool = False,
 ) -> Command:
-    """ Add subcommand `name`: `add_arguments(parser)` declares its options, `run(args)` returns the exit code. """
-    command = Command(help=help, add_arguments=add_arguments, run=run)
+    """ Add subcommand `name`: `add_arguments(parser)` declares its options, `run(args)` returns the exit code; with
+    `passes_options`, the options it does not declare are left in `args.train_options` instead of refused. """
+    command = Command(help=help, add_arguments=add_arguments, run=run, passes_options=passes_options)
     COMMANDS[name] = command
     return command
-
-
-def _seed(text: str) -> int:
-    """ argparse type of --seed: `seeds.check_seed`'s range. """
-    from .utils.seeds import check_seed
-    try:
-        return check_seed(int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'{text!r} is not a valid seed; valid: an integer from 0 to 2**63 - 1') \
-            from None
-
-
-def _add_build_arguments(parser: argparse.ArgumentParser) -> None:
-    """ The options that say which weights to build; shared by export and push. """
-    parser.add_argument('model', metavar='MODEL', help='registered model name, e.g. vit_tiny_patch2_32_mimetic')
-    parser.add_argument(
-        '--seed', type=_seed, default=0,
-        help='seeds torch.manual_seed and struct_init_seed, so every weight is reproducible (default: 0)')
-    parser.add_argument(
-        '--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
-        help='model arguments, e.g. embed_dim=32 depth=2 "struct_init_kwargs={\'qk_noise\': 0.5}"')
-    parser.add_argument(
-        '--checkpoint', metavar='PATH', default=None,
-        help='export these trained weights (timm checkpoint, state dict or .safetensors) instead of the init')
-    parser.add_argument('--use-ema', action='store_true', help="export the checkpoint's EMA weights")
-
-
-def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_build_arguments(parser)
-    parser.add_argument('out_dir', metavar='DIR', help='export folder (config.json, model.safetensors, README.md)')
-    parser.add_argument(
-        '--force', action='store_true',
-        help='replace the content of a non-empty DIR (only once the new export is complete)')
 
 
 def _run_export(args: argparse.Namespace) -> int:
@@ -108,17 +84,6 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_push_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_build_arguments(parser)
-    parser.add_argument('--repo-id', required=True, metavar='ORG/NAME', help='Hugging Face Hub model repo')
-    parser.add_argument('--private', action='store_true', help='create the repo as private (if it does not exist)')
-    parser.add_argument(
-        '--revision', default=None, metavar='BRANCH', help='branch to commit to, created from main if missing '
-                                                          '(default: main)')
-    parser.add_argument('--commit-message', default=None, metavar='TEXT', help='commit message')
-    parser.add_argument('--dry-run', action='store_true', help='build and list the files; send nothing')
-
-
 def _run_push(args: argparse.Namespace) -> int:
     from .hub import push_model
     result = push_model(
@@ -137,28 +102,6 @@ def _run_push(args: argparse.Namespace) -> int:
     return 0
 
 
-register_command('export', 'write a model in timm\'s Hub layout to a local folder', _add_export_arguments, _run_export)
-register_command(
-    'push', 'export a model and upload it to the Hugging Face Hub (token: HF_TOKEN or `hf auth login`)',
-    _add_push_arguments, _run_push)
-
-
-def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_build_arguments(parser)
-    parser.add_argument(
-        '--init', default=None, metavar='NAME',
-        help='apply this structured init to MODEL first (e.g. mimetic on deit_tiny_patch16_224)')
-    parser.add_argument(
-        '--init-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
-        help='hyperparameters of --init, e.g. kernel_size=5')
-    parser.add_argument('--layer', type=int, default=0, help='layer drawn in the figure (default: 0)')
-    parser.add_argument(
-        '--images', default=None, metavar='DIR',
-        help='image folder (ImageFolder layout or flat); attention is also averaged over its images')
-    parser.add_argument('--num-images', type=int, default=64, help='images taken from --images (default: 64)')
-    parser.add_argument('--out', default=None, metavar='FIG.png', help='figure path (default: MODEL_layerL.png)')
-
-
 def _check_figure_path(out: str) -> None:
     """ A figure can be written at `out`: an image format matplotlib writes, not a folder, in a writable folder. """
     import os
@@ -168,6 +111,10 @@ def _check_figure_path(out: str) -> None:
         raise ValueError(f'--out {out!r} is not a figure file; valid endings: {", ".join("." + f for f in formats)}')
     if os.path.isdir(out):
         raise IsADirectoryError(f'--out {out!r} is a folder; give a file name such as {os.path.join(out, "map.png")}')
+    from .utils.write_failures import path_too_long
+    too_long = path_too_long(os.path.join(os.path.dirname(os.path.abspath(out)), f'.{os.path.basename(out)}.0-0.tmp'))
+    if too_long:
+        raise ValueError(f'--out {out[:120]!r}... cannot be written: {too_long}; choose a shorter path')
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f'--out {out!r}: cannot write in {folder} (missing, or no permission)')
@@ -224,40 +171,23 @@ def _show_depth(model, vit: bool) -> int:
     return len(window_attentions(model) or token_mixing_blocks(model))
 
 
-register_command(
-    'show', 'print per-head attention statistics of an init and draw one layer\'s attention maps',
-    _add_show_arguments, _run_show)
-
-
-def _add_recipes_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument('name', nargs='?', metavar='NAME', help='print this recipe (default: list them all)')
-    parser.add_argument('--path', action='store_true', help="print the recipe's file path instead of its text")
-
-
 def _run_recipes(args: argparse.Namespace) -> int:
-    from .recipes import list_recipes, recipe_path, recipe_source
+    from .recipes import list_recipes, recipe_path, recipe_summary
     if args.name is None:
         if args.path:
             raise ValueError('--path needs a recipe NAME')
         names = list_recipes()
-        width = max(map(len, names))
-        for name in names:
-            print(f'{name:{width}}  {recipe_source(name)}')
-        print(f'\n{len(names)} recipes; train with one: timm-structinit-train -c NAME [flags overriding it]')
+        rows = [('RECIPE', 'MODEL', 'DATA', 'IMAGE', 'EPOCHS', 'BATCH')]
+        rows += [(name, *(str(value) for value in recipe_summary(name).values())) for name in names]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print(f'\n{len(names)} recipes (BATCH is per process; the header of each says where it comes from: '
+              f'{PROG} recipes NAME); train with one: timm-structinit-train -c NAME [flags overriding it]')
         return 0
     path = recipe_path(args.name)
     print(path if args.path else path.read_text(encoding='utf-8'), end='\n' if args.path else '')
     return 0
-
-
-register_command(
-    'recipes', 'list the packaged training recipes with their sources, or print one', _add_recipes_arguments,
-    _run_recipes)
-
-
-def _add_models_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument('filter', nargs='?', default='', metavar='FILTER',
-                        help="list only names matching this pattern, with timm's wildcards (e.g. '*mimetic')")
 
 
 def _run_models(args: argparse.Namespace) -> int:
@@ -274,53 +204,55 @@ def _run_models(args: argparse.Namespace) -> int:
     return 0
 
 
-register_command(
-    'models', "list this package's registered models (timm lists them among its own)", _add_models_arguments,
-    _run_models)
+def _run_compare(args: argparse.Namespace) -> int:
+    from .compare.command import run
+    return run(args)
+
+
+_RUNS = {'export': _run_export, 'push': _run_push, 'show': _run_show, 'recipes': _run_recipes, 'models': _run_models,
+         'compare': _run_compare}
+for _name, _sub in SUBCOMMANDS.items():
+    register_command(_name, _sub.help, _sub.add_arguments, _RUNS[_name], _sub.passes_options)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(
-        prog=PROG, description='Structured attention inits for timm ViTs: export, share and inspect models; list '
-                               'the training recipes.')
-    parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
-    subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
-    for name, command in COMMANDS.items():
-        # no abbreviations: `--model` (the training command's option) would silently mean --model-kwargs here
-        sub = subparsers.add_parser(name, help=command.help, description=command.help, allow_abbrev=False)
-        command.add_arguments(sub)
-    return parser
-
-
-def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    return next(action.choices[command] for action in parser._actions
-                if isinstance(action, argparse._SubParsersAction))
+    """ The parser of every registered subcommand. """
+    return structinit_parser.build_parser(COMMANDS)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """ Run the command line with `argv` (default: sys.argv[1:]) and return the exit code. """
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said by the command's own parser, which knows its options
-        _subparser(parser, args.command).error(f'unrecognized arguments: {" ".join(unknown)}')
+    return run_parsed(structinit_parser.parse(argv, COMMANDS))
+
+
+def run_parsed(args: argparse.Namespace) -> int:
+    """ Run the subcommand `args` names, its arguments parsed; every expected failure is one line. """
     # library warnings are still shown, but as plain lines
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s: %(message)s')
     from .train.failures import stop_on_signals  # here: the training package is imported by a command that runs
-    restore_signals = stop_on_signals()  # SIGTERM and SIGHUP as Ctrl-C: what a command was writing is removed
+    # SIGTERM, SIGHUP and SIGUSR1 as Ctrl-C: what a command was writing is removed
+    restore_signals, restore_streams = stop_on_signals(), guard_streams()
     try:
-        return COMMANDS[args.command].run(args)
+        status = COMMANDS[args.command].run(args)
+        sys.stdout.flush()  # output to a file or device fails here, not at exit
+        return status
     except KeyboardInterrupt as e:
         name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
-        print(f'{PROG} {args.command}: interrupted{name}', file=sys.stderr)
+        say(f'{PROG} {args.command}: interrupted{name}')
         return exit_status(e)
     except BrokenPipeError:
-        print(f'{PROG} {args.command}: error: {output_closed()}', file=sys.stderr)
+        say(f'{PROG} {args.command}: error: {output_closed()}')
         return 1
-    except (ValueError, OSError, HubError) as e:
-        print(f'{PROG} {args.command}: error: {error_line(e)}', file=sys.stderr)
-        return exit_status(e)
+    except StreamWriteError as e:
+        say(f'{PROG} {args.command}: error: {stream_failed(e)}')
+        return 1
+    except (ValueError, OSError, HubError, ImageReadError) as e:
+        gone = working_folder_gone() if isinstance(e, FileNotFoundError) else None
+        say(f'{PROG} {args.command}: error: {gone or error_line(e)}')
+        return 1 if gone else exit_status(e)
     finally:
         restore_signals()
+        restore_streams()
 
 
 if __name__ == '__main__':

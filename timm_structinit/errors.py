@@ -8,7 +8,7 @@ OSError (the file system) where Python has one; the types here carry what those 
 import signal
 
 __all__ = ['INPUT_ERROR', 'WORK_FAILED', 'ConfigError', 'DataError', 'ImageReadError', 'OutputWriteError', 'HubError',
-           'RunStopped', 'exit_status']
+           'StreamWriteError', 'RunStopped', 'exit_status']
 
 INPUT_ERROR = 2
 WORK_FAILED = 1
@@ -36,6 +36,15 @@ class ImageReadError(RuntimeError):
 class OutputWriteError(RuntimeError):
     """ The output folder refused a file of the run (a full or read-only file system): the run stops with one line,
     keeping the last checkpoint that was written whole. """
+
+
+class StreamWriteError(OSError):
+    """ A command's standard output or error refused a write (a full device, an I/O error): the message names the
+    stream, where it goes and the operating system's reason. (A reader that closed the stream is BrokenPipeError.) """
+
+    def __init__(self, stream: str, cause: OSError) -> None:
+        super().__init__(f'cannot write to {stream}: {cause.strerror or cause}')
+        self.errno = cause.errno
 
 
 class HubError(RuntimeError):

@@ -29,6 +29,24 @@ from timm_structinit.utils.timm_patches import patched_timm
 __all__ = ['run_script', 'main', 'with_recipe_files', 'with_available_device', 'available_device']
 
 USAGE = 'usage: python -m timm_structinit.run SCRIPT [ARGS ...]'
+HELP = f"""{USAGE}
+
+Run one of timm's scripts (train.py, validate.py, benchmark.py, inference.py: they ship in timm's source repository,
+not in its wheel) with this package's models registered, as `python SCRIPT ARGS` would; ARGS are the script's own
+(`SCRIPT --help` lists them). What it adds:
+
+  -c NAME, --config NAME  a packaged recipe's name (`timm-structinit recipes`) is handed over as that recipe's file;
+                          a file of that name wins
+  --device cpu            given to a script that defaults to CUDA when CUDA is not available and neither ARGS nor
+                          the -c file names a device (mps on Apple silicon); a line on stderr says so
+  two changes to timm     for the script's run only: `--model local-dir:DIR` or `hf-hub:ORG/NAME` of this
+                          package's export builds the registered model (plain timm builds timm's base), and
+                          RandAugment stays usable on Pillow >= 13 (its 0-bit posterize)
+"""
+# the options of timm's scripts whose value is a file the script reads; a script that stops on a missing one without
+# naming it (timm's load_checkpoint raises a FileNotFoundError with no message) is said with the option that named it
+_INPUT_FILE_OPTIONS = ('--checkpoint', '--resume', '--initial-checkpoint', '--pretrained-path', '--class-map', '-c',
+                       '--config')
 # a script option `--device` whose default is CUDA, as timm's train, validate, benchmark and inference scripts have
 _CUDA_DEVICE_OPTION = re.compile(r"""add_argument\(\s*['"]--device['"][^)]*default\s*=\s*['"]cuda['"]""")
 
@@ -108,17 +126,31 @@ def with_available_device(path: str, argv: Sequence[str]) -> List[str]:
     return argv
 
 
+def _missing_file(error: FileNotFoundError, script: str, argv: Sequence[str]) -> str:
+    """ One line naming the file a script stopped on: the error's own words, else the file option of `argv` whose
+    value does not exist. """
+    if str(error):
+        return ' '.join(str(error).split())
+    name = os.path.basename(script)
+    for i, token in enumerate(argv):
+        option, sep, value = token.partition('=')
+        value = value if sep else (argv[i + 1] if i + 1 < len(argv) else '')
+        if option in _INPUT_FILE_OPTIONS and value and not os.path.exists(value):
+            return f'{name}: {option} {value!r}: no such file'
+    return f'{name} stopped on a missing file without naming it (FileNotFoundError); the lines above may say which'
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ('-h', '--help'):
-        print(USAGE + '\n\n' + __doc__.strip().split('\n\n')[0], file=sys.stderr if not argv else sys.stdout)
+        print(HELP if argv else f'{USAGE} (python -m timm_structinit.run --help says more)',
+              file=sys.stderr if not argv else sys.stdout, end='' if argv else '\n')
         return 2 if not argv else 0
     try:
         return run_script(argv[0], with_available_device(argv[0], with_recipe_files(argv[1:])))
     except FileNotFoundError as e:
-        print(f'timm_structinit.run: error: {e}', file=sys.stderr)
+        print(f'timm_structinit.run: error: {_missing_file(e, argv[0], argv[1:])}', file=sys.stderr)
         return 2
-
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,3 +1,6 @@
-""" The package's one version: `pyproject.toml` reads it, both commands print it (`--version`), exports and model
-cards record it. A module of its own, so that what records it imports nothing else of the package. """
-__version__ = '0.1.0'
+""" The package's version, as exports and model cards record it. A module of its own, so that what records it imports
+nothing else of the package. It is written once, in `timm_structinit_cli/version.py`, where `pyproject.toml` reads
+it and `--version` prints it without importing torch or timm. """
+from timm_structinit_cli.version import __version__  # noqa: F401
+
+__all__ = ['__version__']

@@ -1,32 +1,47 @@
 #!/usr/bin/env bash
-# Everything a GPU machine checks, in one call, from the repository root:
-#   1. installs this package into the machine's Python without touching torch (a dry run first shows what pip would
-#      change; then `pip install --no-deps --no-build-isolation -e .`), with the carried timm wheel only where the
-#      machine's timm is older than the one this package needs;
-#   2. the CUDA tests (tests/test_cuda.py, marker cuda) and, beside them with the GPU hidden, the rest of the suite,
-#      within TEST_S seconds (default 240; the tests not started by then are skipped, and both runs still report);
-#   3. the speed benchmarks on the idle machine: training img/s against timm's train.py and inference img/s through
-#      timm's benchmark.py (benchmarks/gpu/anchor_throughput.py), model creation on the CPU and with device='cuda'
-#      (benchmarks/create_time.py), within what is left of BUDGET_S;
-#   4. results in $OUT, 6 files: run.log, results.json (machine, versions, date, test counts, ratios), benchmarks.txt,
-#      pip.txt, cuda-tests.xml, suite.xml.
-# Prepare first, where timm's scripts are: bash benchmarks/gpu/prepare.sh (fills .gpu-carry/).
-#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh
-#   QUICK=1 OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh   # shrunk benchmarks and a slice of the suite (a rehearsal)
-# Without a GPU it runs end to end: the CUDA tests skip, the benchmarks run on the CPU. BUDGET_S (default 480)
-# bounds the whole run: each benchmark gets a time limit from what the tests left.
+# What a GPU machine checks, in stages that each fit one command of the machine (at most 10 minutes), the most
+# important first; each stage writes its results into $OUT as it goes, so a stage cut short still leaves what it
+# measured. From the repository root:
+#
+#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh speed         # ~4 min: where a training run's time goes, device
+#                                                            #   loader against timm's; the model's own step
+#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh setup-2024    # ~8 min: the 2024 setup, 3 inits x 2 seeds
+#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh setup-2025    # ~9 min: the 2025 setup's seed 0
+#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh cuda-tests    # ~5 min: tests/test_cuda.py
+#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh suite         # ~5 min: the suite with the GPU hidden
+#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh create-time   # ~2 min: model creation, CPU and device='cuda'
+#
+# Several stage names run those stages in that order, within BUDGET_S seconds in all (default 540: one command).
+# Every stage first installs this package into the machine's Python without touching torch (a dry run first shows
+# what pip would change), with the carried timm wheel only where the machine's timm is older (prepare.sh fills
+# .gpu-carry/). The stages that train read CIFAR-10 from the packed copy .gpu-data/cifar10.tar.gz
+# (benchmarks/gpu/pack_cifar10.py). Results: run.log, results.json (machine, versions, date, stages, test counts) and
+# each stage's own files (speed.txt; setup-2024/ and setup-2025/ as benchmarks/gpu/compare_inits.sh writes them;
+# cuda-tests.xml; suite.xml; benchmarks.txt). QUICK=1 shrinks every stage to a rehearsal, which also runs on a
+# machine without a GPU (the CUDA parts skipped, the benchmarks on the CPU).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the folder for the results}"
+STAGES=("$@")
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(speed)
+for s in "${STAGES[@]}"; do
+    case $s in speed|setup-2024|setup-2025|cuda-tests|suite|create-time) ;;
+        *) echo "run.sh: stage '$s': valid stages are speed setup-2024 setup-2025 cuda-tests suite create-time" >&2
+           exit 2 ;;
+    esac
+done
 PY=${PYTHON:-python3}
 CARRY=${CARRY:-.gpu-carry}
+PACK=${PACK:-.gpu-data/cifar10.tar.gz}
 QUICK=${QUICK:-0}
-BUDGET_S=${BUDGET_S:-480}
+BUDGET_S=${BUDGET_S:-540}
 WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
-exec > >(tee "$OUT/run.log") 2>&1
+exec > >(tee -a "$OUT/run.log") 2>&1
 START=$(date +%s)
 elapsed() { echo $(( $(date +%s) - START )); }
+left() { local s=$(( BUDGET_S - $(elapsed) - $1 )); echo $(( s < 30 ? 30 : s )); }
 # stage NAME COMMAND...: runs it, logs its time and exit status (a failing stage does not stop the run)
 stage() {
     local name=$1 t0 status
@@ -35,18 +50,17 @@ stage() {
     t0=$(date +%s)
     "$@"
     status=$?
-    printf '%s\t%s\t%s\n' "$name" $(( $(date +%s) - t0 )) "$status" >> "$WORK/stages.tsv"
+    printf '%s\t%s\t%s\n' "$name" $(( $(date +%s) - t0 )) "$status" >> "$OUT/stages.tsv"
     echo "== [$(elapsed)s] $name: exit $status"
     return 0
 }
 export PYTHONUNBUFFERED=1 TIMM_SCRIPTS_DIR=$PWD/$CARRY/timm-scripts
 HAS_CUDA=$($PY -c 'import torch; print(int(torch.cuda.is_available()))')
 DEVICE=cpu; [ "$HAS_CUDA" = 1 ] && DEVICE=cuda
-echo "== $(date -u +%FT%TZ) $PY ($($PY --version 2>&1)), device $DEVICE, QUICK=$QUICK, budget ${BUDGET_S}s"
+echo "== $(date -u +%FT%TZ) $PY ($($PY --version 2>&1)), device $DEVICE, stages ${STAGES[*]}, QUICK=$QUICK, budget ${BUDGET_S}s"
 [ "$HAS_CUDA" = 1 ] && nvidia-smi -L
 [ "$HAS_CUDA" = 1 ] || echo "== no CUDA GPU: the CUDA tests skip and the benchmarks run on the CPU"
 
-# ---- 1. install
 install() {
     local need
     need=$($PY - <<'EOF'
@@ -68,62 +82,76 @@ EOF
     $PY -m pip install -q --no-deps --no-build-isolation -e . || return 1
     $PY -m pip list --format=freeze 2>/dev/null | sort > "$WORK/pip-after.txt"
     { echo "# pip list: before -> after the install"; diff "$WORK/pip-before.txt" "$WORK/pip-after.txt"
-      echo "# pip check"; $PY -m pip check; true; } > "$OUT/pip.txt" 2>&1
-    cat "$OUT/pip.txt"
-    grep -i -E '^[<>] (torch|torchvision|huggingface.hub|safetensors|numpy)==' "$OUT/pip.txt" \
+      echo "# pip check"; $PY -m pip check; true; } > "$WORK/pip.txt" 2>&1
+    cat "$WORK/pip.txt"
+    grep -i -E '^[<>] (torch|torchvision|huggingface.hub|safetensors|numpy)==' "$WORK/pip.txt" \
         && { echo "the install changed torch, torchvision, huggingface_hub, safetensors or numpy"; return 1; }
-    grep -E '^[<>] ' "$OUT/pip.txt" | sed 's/^/changed: /' > "$WORK/install.txt"
     $PY -c 'import timm_structinit, timm, torch; print("installed: timm_structinit from", timm_structinit.__file__,
                                                         "| timm", timm.__version__, "| torch", torch.__version__)'
 }
+
+unpack() {  # the packed CIFAR-10 copy, once, into $WORK/cifar10
+    [ -d "$WORK/cifar10" ] && return 0
+    [ -f "$PACK" ] || { echo "no $PACK: write it with python benchmarks/gpu/pack_cifar10.py --wheels"; return 1; }
+    tar xzf "$PACK" -C "$WORK"
+}
+
+speed() {
+    unpack || return 1
+    local setup=2024 steps=30 rounds=(--rounds 3 --epochs 3)
+    [ "$QUICK" = 1 ] && { setup=cpu; steps=5; rounds=(--rounds 1 --epochs 2 --train-subset 512 --depth 2); }
+    timeout -k 10 "$(left 60)" $PY benchmarks/data_path.py --setup $setup --device $DEVICE --compile \
+        --steps $steps --data-dir "$WORK/cifar10" --out "$OUT/speed.txt"
+    # the model's own step: a registered class-token model against timm's, same loop and data (on the device)
+    timeout -k 10 "$(left 10)" $PY benchmarks/train_throughput.py --device $DEVICE --workers 4 \
+        --data-dir "$WORK/cifar10" "${rounds[@]}" --out "$WORK/train_throughput.txt" \
+        && cat "$WORK/train_throughput.txt" >> "$OUT/speed.txt"
+}
+
+setup() {  # setup-2024 | setup-2025 through benchmarks/gpu/compare_inits.sh, results under $OUT/<stage>
+    local year=${1#setup-} extra=()
+    [ "$QUICK" = 1 ] && extra=(--train-flags "--epochs 1 --train-subset 256 --val-subset 128 --model-kwargs depth=1")
+    [ "$year" = 2025 ] && extra+=(--only gpu2025_default_s0 gpu2025_mimetic_s0 gpu2025_impulse_s0)
+    OUT="$OUT/$1" TIME_LIMIT=$(( $(left 90) - 60 )) bash benchmarks/gpu/compare_inits.sh "$year" "${extra[@]}"
+}
+
+tests() {  # cuda-tests | suite: within the stage's time, the tests not started by then skipped (pytest_deadline.py)
+    local which=$1 xdist=() files=(tests)
+    export PYTEST_DEADLINE=$(( $(date +%s) + $(left 60) )) PYTHONPATH=$PWD:$PWD/benchmarks/gpu${PYTHONPATH:+:$PYTHONPATH}
+    if [ "$which" = cuda-tests ]; then
+        timeout -k 10 "$(left 0)" $PY -m pytest -q -p no:cacheprovider -p pytest_deadline -m cuda tests/test_cuda.py \
+            -rs --junitxml "$OUT/cuda-tests.xml"
+        return
+    fi
+    $PY -c 'import xdist' 2>/dev/null && xdist=(-n "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))")
+    [ "$QUICK" = 1 ] && files=(tests/test_recipes.py tests/test_cli_errors.py)
+    CUDA_VISIBLE_DEVICES= timeout -k 10 "$(left 0)" $PY -m pytest -q -p no:cacheprovider -p pytest_deadline \
+        -m 'not cuda' "${xdist[@]}" "${files[@]}" --junitxml "$OUT/suite.xml"
+}
+
+create_time() {
+    local models=(vit_tiny_patch2_32_impulse3 vit_base_patch16_224_mimetic vit_base_patch16_224_impulse2025
+                  mixer_s4_32_impulse3)
+    [ "$QUICK" = 1 ] && models=(vit_tiny_patch2_32_impulse3)
+    timeout -k 10 "$(left 60)" $PY benchmarks/create_time.py --device cpu --threads "$(nproc)" --repeats 2 \
+        --models "${models[@]}" --out "$WORK/create_cpu.txt"
+    cat "$WORK/create_cpu.txt" >> "$OUT/benchmarks.txt"
+    if [ "$DEVICE" = cuda ]; then
+        timeout -k 10 "$(left 10)" $PY benchmarks/create_time.py --device cuda --threads "$(nproc)" --repeats 2 \
+            --models "${models[@]}" --out "$WORK/create_cuda.txt"
+        cat "$WORK/create_cuda.txt" >> "$OUT/benchmarks.txt"
+    fi
+}
+
 stage install install
-
-# ---- 2. tests: the CUDA tests, and beside them the suite on the CPU (GPU hidden), within TEST_S seconds: then the
-# tests not started yet are skipped (pytest_deadline.py) and both runs still report; a hard limit 90 s later
-TEST_S=${TEST_S:-240}
-# the working tree first: what the tests import is this checkout, installed or not
-export PYTEST_DEADLINE=$(( $(date +%s) + TEST_S )) PYTHONPATH=$PWD:$PWD/benchmarks/gpu${PYTHONPATH:+:$PYTHONPATH}
-XDIST=(); $PY -c 'import xdist' 2>/dev/null && XDIST=(-n "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))")
-SUITE=(tests); [ "$QUICK" = 1 ] && SUITE=(tests/test_recipes.py tests/test_cli_errors.py)
-echo "== [$(elapsed)s] tests: ${TEST_S}s; suite: ${SUITE[*]} ${XDIST[*]}"
-stage suite env CUDA_VISIBLE_DEVICES= timeout -k 10 $(( TEST_S + 90 )) $PY -m pytest -q -p no:cacheprovider \
-    -p pytest_deadline -m 'not cuda' "${XDIST[@]}" "${SUITE[@]}" --junitxml "$OUT/suite.xml" > "$WORK/suite.log" 2>&1 &
-suite_pid=$!
-stage cuda_tests timeout -k 10 $(( TEST_S + 90 )) $PY -m pytest -q -p no:cacheprovider -p pytest_deadline -m cuda \
-    tests/test_cuda.py -rs --junitxml "$OUT/cuda-tests.xml"
-wait $suite_pid
-echo "== suite (last lines of its output):"; tail -n 25 "$WORK/suite.log"
-
-# ---- 3. benchmarks, on the machine the tests left idle, within what is left of BUDGET_S
-if [ "$QUICK" = 1 ]; then
-    ANCHOR=(--models vit_tiny_patch2_32_impulse3 --batch-size 32 --workers 2 --epochs 2 --train-images 128
-            --warm-iter 1 --bench-iter 5 --model-kwargs depth=1)
-    CREATE=(--repeats 1 --models vit_tiny_patch2_32_impulse3)
-else
-    ANCHOR=(--batch-size 128 --workers 12 --epochs 3 --warm-iter 5 --bench-iter 30)
-    CREATE=(--repeats 2 --models vit_tiny_patch2_32_impulse3 vit_base_patch16_224_mimetic
-            vit_base_patch16_224_impulse2025 mixer_s4_32_impulse3)
-fi
-left() { local s=$(( BUDGET_S - $(elapsed) - $1 )); echo $(( s < 30 ? 30 : s )); }
-AMP=bfloat16; [ "$DEVICE" = cpu ] && AMP=''
-if [ -f "$TIMM_SCRIPTS_DIR/train.py" ]; then
-    stage anchor_throughput timeout -k 10 "$(left 80)" $PY benchmarks/gpu/anchor_throughput.py \
-        --scripts "$TIMM_SCRIPTS_DIR" --device $DEVICE --amp-dtype "$AMP" "${ANCHOR[@]}" \
-        --out "$WORK/anchor.txt" --json "$WORK/anchor.json"
-else
-    echo "== no timm scripts in $TIMM_SCRIPTS_DIR (run benchmarks/gpu/prepare.sh): speed against timm's scripts skipped"
-fi
-stage create_time_cpu timeout -k 10 "$(left 50)" $PY benchmarks/create_time.py --device cpu --threads "$(nproc)" \
-    "${CREATE[@]}" --out "$WORK/create_cpu.txt"
-if [ "$DEVICE" = cuda ]; then
-    stage create_time_cuda timeout -k 10 "$(left 10)" $PY benchmarks/create_time.py --device cuda \
-        --threads "$(nproc)" "${CREATE[@]}" --out "$WORK/create_cuda.txt"
-else
-    echo "== no CUDA GPU: model creation with device='cuda' skipped"
-fi
-
-# ---- 4. results
-cat "$WORK"/anchor.txt "$WORK"/create_cpu.txt "$WORK"/create_cuda.txt > "$OUT/benchmarks.txt" 2>/dev/null
-$PY benchmarks/gpu/summarize.py --work "$WORK" --tests "$OUT" --out "$OUT/results.json"
-rm -rf "$WORK"
+for s in "${STAGES[@]}"; do
+    case $s in
+        speed) stage speed speed ;;
+        setup-2024|setup-2025) stage "$s" setup "$s" ;;
+        cuda-tests|suite) stage "$s" tests "$s" ;;
+        create-time) stage create-time create_time ;;
+    esac
+done
+$PY benchmarks/gpu/summarize.py --stages "$OUT/stages.tsv" --tests "$OUT" --pip "$WORK/pip.txt" \
+    --out "$OUT/results.json"
 echo "== [$(elapsed)s] done; in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -1,7 +1,7 @@
-""" The one JSON of a benchmarks/gpu/run.sh run: machine, versions, date, test counts (from the JUnit files), the
-speed ratios against timm's scripts and the model creation times, and how long each stage took.
+""" The one JSON of a benchmarks/gpu/run.sh run: machine, versions, date, what the install changed, how long each
+stage took and how it ended, and the test counts (from the JUnit files the test stages wrote).
 
-    python benchmarks/gpu/summarize.py --work WORK_DIR --tests OUT_DIR --out OUT_DIR/results.json
+    python benchmarks/gpu/summarize.py --stages OUT/stages.tsv --tests OUT --pip PIP_TXT --out OUT/results.json
 """
 import argparse
 import json
@@ -56,37 +56,27 @@ def junit_counts(path: Path) -> dict:
     return counts
 
 
-def read_json(path: Path):
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def read_lines(path: Path):
-    return path.read_text().splitlines() if path.is_file() else None
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--work', required=True, help='the folder run.sh wrote its intermediate files to')
+    parser.add_argument('--stages', required=True, help='the stages file run.sh wrote (name, seconds, exit status)')
     parser.add_argument('--tests', required=True, help='the folder of the JUnit files')
+    parser.add_argument('--pip', default='', help="pip's changes as run.sh recorded them")
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
-    work, tests = Path(args.work), Path(args.tests)
     stages = {}
-    if (work / 'stages.tsv').is_file():
-        for line in (work / 'stages.tsv').read_text().splitlines():
+    if Path(args.stages).is_file():
+        for line in Path(args.stages).read_text().splitlines():
             name, seconds, status = line.split('\t')
             stages[name] = {'seconds': int(seconds), 'exit_status': int(status)}
+    pip = Path(args.pip).read_text().splitlines() if args.pip and Path(args.pip).is_file() else []
     report = {
         'date': datetime.now(timezone.utc).isoformat(timespec='seconds'),
         'machine': machine(),
         'versions': versions(),
-        'install': read_lines(work / 'install.txt'),
+        'install': [f'changed: {line}' for line in pip if line.startswith(('<', '>'))],
         'stages': stages,
-        'cuda_tests': junit_counts(tests / 'cuda-tests.xml'),
-        'suite': junit_counts(tests / 'suite.xml'),
-        'anchor_throughput': read_json(work / 'anchor.json'),
-        'create_time_cpu': read_lines(work / 'create_cpu.txt'),
-        'create_time_cuda': read_lines(work / 'create_cuda.txt'),
+        'cuda_tests': junit_counts(Path(args.tests) / 'cuda-tests.xml'),
+        'suite': junit_counts(Path(args.tests) / 'suite.xml'),
     }
     Path(args.out).write_text(json.dumps(report, indent=1) + '\n')
     print(json.dumps({k: report[k] for k in ('machine', 'versions', 'stages', 'cuda_tests', 'suite')}, indent=1))

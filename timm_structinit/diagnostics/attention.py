@@ -60,6 +60,16 @@ def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
     return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, _init_cfg(model)), wq, wk)
 
 
+def _image_grid(model: nn.Module, images: torch.Tensor):
+    """ The patch grid `images` give: the model's own, or, for a model that takes other sizes (timm's
+    dynamic_img_size, dynamic_img_pad padding them), the one its patch embedding computes for them. A head's
+    target offset means the same on any grid, so its target there is the same impulse. """
+    patch_embed = getattr(model, 'patch_embed', None)
+    if getattr(model, 'dynamic_img_size', False) and hasattr(patch_embed, 'dynamic_feat_size'):
+        return tuple(patch_embed.dynamic_feat_size(tuple(images.shape[-2:])))
+    return _grid(model)
+
+
 def _init_cfg(model: nn.Module) -> Dict[str, Any]:
     """ The hyperparameters the model's structured init ran with ({} without one). """
     return (getattr(model, 'struct_init_record', None) or {}).get('cfg') or {}
@@ -156,7 +166,7 @@ def layer_image_mass(model: nn.Module, images: torch.Tensor) -> Optional[List[fl
     offsets = impulse_offsets(model)
     if offsets is None:
         return None
-    grid = _grid(model)
+    grid = _image_grid(model, images)
     border = _init_cfg(model).get('border', 'zero')
     maps = _image_attention_maps(model, range(len(offsets)), images)
     masses = []

@@ -6,21 +6,25 @@ An impulse init gives every head a local filter at step 0; whether training keep
 what decides whether the init was worth it, and it shows in this curve long before it shows in accuracy.
 """
 import csv
+import logging
 import os
 import statistics
 from typing import Dict, List, Optional
 
+import torch
 from torch import nn
 from timm.data import create_loader
 
 from ..data import ClassBalancedSubset
 from ..utils.atomic import atomic_file
+from ..utils.command_line import error_line
 from .attention import layer_image_mass, plot_target_mass
 from .family_maps import family_summary
 
 __all__ = ['TargetMassTracker', 'mass_columns', 'MASS_IMAGES']
 
 MASS_IMAGES = 64  # class-balanced, fixed for the whole run
+_logger = logging.getLogger('train')
 
 
 class TargetMassTracker:
@@ -36,15 +40,37 @@ class TargetMassTracker:
         self.images = next(iter(loader))[0]
         self.csv_path = os.path.join(output_dir, 'target_mass.csv')
         self.rows = [r for r in _read_rows(self.csv_path) if r['epoch'] <= start_epoch]  # a resumed run's history
+        self.off = False
 
     @staticmethod
     def applies_to(model: nn.Module) -> bool:
-        # ViT, Swin and Mixer impulse records all carry per-layer, per-head target offsets
-        return bool((getattr(model, 'struct_init_record', None) or {}).get('offsets'))
+        """ Whether the model has an impulse record (ViT, Swin and Mixer records all carry per-layer, per-head target
+        offsets) that the tracking can follow: measured once on a blank image of the model's input size, a model
+        it cannot measure (an option it does not follow) gets one line saying the tracking is off. """
+        if not (getattr(model, 'struct_init_record', None) or {}).get('offsets'):
+            return False
+        stem = getattr(model, 'patch_embed', None) or getattr(model, 'stem', None)
+        try:
+            probe = torch.zeros(1, stem.proj.in_channels, *stem.img_size, device=next(model.parameters()).device)
+            _layer_masses(model, probe)
+        except Exception as e:  # whatever the model's forward or the measurement meets
+            _logger.warning(f'target mass: not tracked for this model ({type(e).__name__}: {error_line(e)[:200]})')
+            return False
+        return True
 
-    def measure(self, model: nn.Module, epoch: int) -> Dict[str, float]:
-        """ Measure after `epoch` epochs (0: before training), append to the CSV, return the row. """
-        masses = _layer_masses(model, self.images.to(next(model.parameters()).device))
+    def measure(self, model: nn.Module, epoch: int) -> Optional[Dict[str, float]]:
+        """ Measure after `epoch` epochs (0: before training), append to the CSV, return the row; None, after one
+        line saying so, once the tracking cannot follow the model. """
+        if self.off:
+            return None
+        try:
+            masses = _layer_masses(model, self.images.to(next(model.parameters()).device))
+        except (ValueError, RuntimeError) as e:
+            if 'out of memory' in str(e).lower():
+                raise
+            self.off = True
+            _logger.warning(f'target mass: tracking is off from epoch {epoch} on ({error_line(e)[:200]})')
+            return None
         row = {'epoch': epoch, 'mean': sum(masses) / len(masses),
                **{f'layer{i + 1}': m for i, m in enumerate(masses)}}
         self.rows = [r for r in self.rows if r['epoch'] < epoch] + [row]

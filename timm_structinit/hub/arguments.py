@@ -16,6 +16,7 @@ from timm.models import is_model, model_entrypoint
 from ..models import StructMlpMixer, StructSwinTransformer, StructVisionTransformer
 from ..models.registry import check_model_args, is_package_model, valid_model_args
 from ..utils.seeds import check_seed
+from ..utils.write_failures import path_too_long
 from .upload import _one_line
 
 PathLike = Union[str, os.PathLike]
@@ -51,6 +52,11 @@ def _check_model_kwargs(model_name: str, model_kwargs: Any) -> Dict[str, Any]:
 
 def _check_build_args(model_name: Any, seed: Any, model_kwargs: Any, checkpoint: Any, use_ema: Any) -> Dict[str, Any]:
     """ The checked model_kwargs; ValueError (FileNotFoundError for a missing checkpoint) naming the bad value. """
+    if isinstance(model_name, str) and model_name.startswith(('local-dir:', 'hf-hub:')):
+        raise ValueError(f'{model_name} is an export already (timm loads it with timm.create_model({model_name!r}, '
+                         f'pretrained=True)); export and push take a registered model name: to write its weights '
+                         f'again, name the registered model with --checkpoint pointing at its model.safetensors; to '
+                         f'upload the folder as it is, use huggingface_hub (HfApi().upload_folder)')
     if not isinstance(model_name, str) or not is_model(model_name) or any(c in model_name for c in ':/.'):
         ours = [m for m in timm.list_models() if is_package_model(m)]
         close = list(dict.fromkeys(difflib.get_close_matches(str(model_name), ours + timm.list_models(), cutoff=0.6)))
@@ -103,6 +109,10 @@ def _check_out_dir(out_dir: Any) -> Path:
 
 def _check_target(target: Path, force: Any, checkpoint: Optional[PathLike] = None) -> None:
     _check_flags(force=force)
+    # the export is staged as a hidden sibling whose name is longer than the target's (`utils.atomic`)
+    too_long = path_too_long(str(target.absolute().parent / f'.{target.name}.0000000-00000000.old' / 'config.json'))
+    if too_long:
+        raise ValueError(f'export target {str(target)[:120]}... cannot be made: {too_long}; choose a shorter path')
     if checkpoint is not None and target.exists():
         # replacing the target would delete the weights being exported (a run folder exported into itself)
         source, folder = Path(checkpoint).resolve(), target.resolve()

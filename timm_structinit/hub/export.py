@@ -7,9 +7,10 @@ import logging
 import numbers
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import huggingface_hub
 import safetensors
@@ -24,11 +25,13 @@ from ..inits import rest_init_of
 from ..models.registry import is_package_model
 from ..utils.atomic import atomic_dir, write_refused
 from ..utils.checkpoints import state_dict_mismatch
+from ..utils.write_failures import is_write_failure, write_failure_reason
 from ..version import __version__
 from .arguments import (
     _check_build_args, _check_flags, _check_model_kwargs, _check_out_dir, _check_push_args, _check_target)
 from .card import model_card
-from .plain_timm import CONFIG_KEY, plain_timm_config
+from .plain_timm import CONFIG_KEY, plain_timm_config, registered_exports
+from .probe import check_weights_source
 from .upload import _one_line, _upload
 
 _logger = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ _logger = logging.getLogger(__name__)
 PathLike = Union[str, os.PathLike]
 # what an export folder holds, in the order a dry run lists it
 EXPORT_FILES = ('config.json', 'model.safetensors', 'README.md')
+# the model names timm loads an export by
+EXPORT_PREFIXES = ('local-dir:', 'hf-hub:')
 # training arguments a card lists as the recipe: none names a local folder or holds a credential
 _RECIPE_KEYS = (
     'train_split', 'val_split', 'train_subset', 'val_subset', 'model', 'model_kwargs', 'num_classes', 'img_size',
@@ -143,7 +148,7 @@ def _build(model_name: str, seed: int, kwargs: Dict[str, Any], checkpoint: Optio
         state_dict, meta = _read_checkpoint(path, use_ema)
         if isinstance(meta['arch'], str) and is_model(meta['arch']) and meta['arch'] != model_name:
             raise ValueError(f'checkpoint {path} was trained as {meta["arch"]!r}, not {model_name!r}; '
-                             f'export it as {meta["arch"]}')
+                             f'name {meta["arch"]} as the MODEL')
         args = info['args'] = meta['args']
         # the architecture arguments the run passed to create_model are defaults under the caller's
         input_size = args.get('input_size') or [args.get('in_chans')]
@@ -177,9 +182,29 @@ def _build(model_name: str, seed: int, kwargs: Dict[str, Any], checkpoint: Optio
 def build_model(model_name: str, seed: int = 0, model_kwargs: Optional[Mapping[str, Any]] = None,
                 checkpoint: Optional[PathLike] = None, use_ema: bool = False) -> nn.Module:
     """ Build `model_name` as an export writes it: seeded init (see `export_model`), or the strictly loaded weights
-    of a trained checkpoint, with the arguments its training run recorded as defaults under `model_kwargs`. """
+    of a trained checkpoint, with the arguments its training run recorded as defaults under `model_kwargs`. A
+    `local-dir:` or `hf-hub:` name is an export itself: loaded with its weights (`load_export`). """
+    if isinstance(model_name, str) and model_name.startswith(EXPORT_PREFIXES):
+        if checkpoint is not None or use_ema:
+            raise ValueError(f'{model_name} brings its own weights: leave out checkpoint (--checkpoint) and use_ema '
+                             f'(--use-ema), or name the registered model the checkpoint was trained as')
+        return load_export(model_name, model_kwargs)
     kwargs = _check_build_args(model_name, seed, model_kwargs, checkpoint, use_ema)
     return _build(model_name, seed, kwargs, checkpoint, use_ema)[0]
+
+
+def load_export(name: str, model_kwargs: Optional[Mapping[str, Any]] = None) -> nn.Module:
+    """ The model of an export (`local-dir:DIR` or `hf-hub:ORG/NAME`) with its weights, built as the registered model
+    its config names (`registered_exports`), or as the timm model of a plain config; its source is checked first. """
+    if not isinstance(model_kwargs, (Mapping, type(None))) or not all(isinstance(k, str) for k in model_kwargs or {}):
+        raise ValueError(f'model_kwargs must be a dict with string keys, got {model_kwargs!r}')
+    check_weights_source(name, True, 'MODEL')
+    try:
+        with registered_exports():
+            return timm.create_model(name, pretrained=True, **dict(model_kwargs or {}))
+    except (TypeError, RuntimeError, ValueError) as e:  # arguments the model does not take; weights that do not fit
+        raise ValueError(f'cannot load {name} with model_kwargs {dict(model_kwargs or {})}: {_one_line(e)}') \
+            from None
 
 
 def _write_export(model: nn.Module, folder: Path, model_name: str, info: Dict[str, Any], load_id: str) -> None:
@@ -226,13 +251,27 @@ def export_model(model_name: str, out_dir: PathLike, seed: int = 0, model_kwargs
     if info['own']['trained']:  # the card of trained weights is written to be shared: no absolute local path
         load_id = _portable(load_id)
     # checked again before the swap: the folder may have been filled while the export ran
-    with atomic_dir(target.resolve(), before_replace=lambda _: _check_target(target, force, checkpoint)) as staging:
-        try:
-            _write_export(model, staging, model_name, info, load_id)
-        except (OSError, safetensors.SafetensorError) as e:
-            reason = getattr(e, 'strerror', None) or _one_line(e)
-            raise write_refused(f'cannot write the export to {target}: {reason}; nothing was written', e) from None
+    what = f'the export to {target}'
+    with _refused_writes(what, target):  # the staging folder's own failures, and those of the swap
+        with atomic_dir(target.resolve(), before_replace=lambda _: _check_target(target, force, checkpoint)) as staging:
+            with _refused_writes(what, staging):  # said before the staging folder goes, as the write met it
+                _write_export(model, staging, model_name, info, load_id)
     return target
+
+
+@contextmanager
+def _refused_writes(what: str, where: PathLike) -> Iterator[None]:
+    """ A write the file system refuses (OSError, safetensors' SafetensorError, torch's RuntimeError) as one OSError
+    naming `what` and the operating system's reason; the writes inside stage their files, so nothing is left. """
+    try:
+        yield
+    except (OSError, RuntimeError, safetensors.SafetensorError) as e:
+        if getattr(e, 'said', False) or not is_write_failure(e) or isinstance(e, (FileExistsError, NotADirectoryError)):
+            raise  # said already; or a target filled or replaced meanwhile, refused by its own check
+        reason = write_failure_reason(e, getattr(e, 'filename', None) or os.fspath(where))
+        refused = write_refused(f'cannot write {what}: {reason}; nothing was written', e)
+        refused.said = True
+        raise refused from None
 
 
 def list_export_files(folder: PathLike) -> List[Tuple[str, int]]:
@@ -265,8 +304,17 @@ def push_model(model_name: str, repo_id: str, seed: int = 0, model_kwargs: Optio
     init = f'{(info["own"]["struct_init"] or {}).get("method") or "timm"} init'
     commit_message = commit_message or f'Add {model_name} ' + (
         f'trained from {init}' if info['own']['trained'] else f'({init}, seed {seed})')
-    with tempfile.TemporaryDirectory(prefix='timm_structinit_push_') as folder:
-        _write_export(model, Path(folder), model_name, info, f'hf-hub:{repo_id}' + (f'@{revision}' if revision else ''))
+    what = f"push's staging folder in {tempfile.gettempdir()} (set TMPDIR to stage elsewhere)"
+    with _refused_writes(what, tempfile.gettempdir()):
+        staged = tempfile.TemporaryDirectory(prefix='timm_structinit_push_')
+    try:
+        with _refused_writes(what, staged.name):
+            _write_export(model, Path(staged.name), model_name, info,
+                          f'hf-hub:{repo_id}' + (f'@{revision}' if revision else ''))
+    except BaseException:
+        staged.cleanup()
+        raise
+    with staged as folder:
         result = PushResult(repo_id, revision, commit_message, bool(private), list_export_files(folder), bool(dry_run))
         if not dry_run:
             result.url = _upload(Path(folder), repo_id, token, bool(private), revision, commit_message)

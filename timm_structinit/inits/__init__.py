@@ -24,9 +24,10 @@ import torch
 from timm.utils import unwrap_model
 from torch import nn
 
-from .heads import find_attention
+from .fit import attention_kind, check_attention_kinds, inner_norm, refuse_derived_weights, refuse_shared_weights
+from .heads import find_attention, written_tensors
 from .impulse import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
-from .mimetic import MimeticCfg, mimetic_init_
+from .mimetic import MimeticCfg, check_mimetic_model, mimetic_init_
 from .mixer import MixerImpulseCfg, mixer_impulse_init_, token_mixing_blocks
 from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window_attentions
 from .threads import one_thread
@@ -55,7 +56,8 @@ class StructInit:
     description: str = ''
     # check_model(cfg, geometry) raises ValueError when the init cannot apply to a model of that shape;
     # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens, has_pos_embed, rotary (None or the
-    # rotary embedding's class name)
+    # rotary embedding's class name), attention (the attention modules' qualified class names, `fit.attention_kind`),
+    # inner_norm (None, or the class of a norm between the heads' output and proj, `fit.inner_norm`)
     check_model: Optional[Callable[[Any, Dict[str, Any]], None]] = None
     families: Dict[str, FamilyInit] = field(default_factory=dict)  # 'swin', 'mixer'
 
@@ -222,27 +224,23 @@ def check_init_cfg(model: nn.Module, name: str, cfg: Any) -> Tuple[StructInit, s
     attns = []
     if family == 'vit':
         attns = find_attention(model)
+        check_attention_kinds(model, attns, name)
         if init.check_model is not None:
             init.check_model(cfg, model_geometry(model, attns))
-    _refuse_derived_weights(model, attns if family == 'vit' else [model])
+    refuse_derived_weights(model, attns if family == 'vit' else [model])
+    refuse_shared_weights(model, _written(model, family, attns))
     return init, family, attns
 
 
-def _refuse_derived_weights(model: nn.Module, scopes: List[nn.Module]) -> None:
-    """ An init writes weights in place; a weight computed from others (torch.nn.utils.parametrize, e.g.
-    `parametrizations.weight_norm`, or the older `weight_norm` / `spectral_norm` hooks) would be written and then
-    recomputed from its sources, leaving a record that says the init is there when it is not. """
-    from torch.nn.utils import parametrize
+def _written(model: nn.Module, family: str, attns: List[nn.Module]) -> Dict[str, List[torch.Tensor]]:
+    """ The tensors an init of `family` writes, by the name of the module that holds them. """
     names = {id(m): n for n, m in model.named_modules()}
-    for scope in scopes:
-        for module in scope.modules():
-            hooks = [type(h).__name__ for h in module._forward_pre_hooks.values()
-                     if type(h).__name__ in ('WeightNorm', 'SpectralNorm')]
-            if parametrize.is_parametrized(module) or hooks:
-                how = hooks[0] if hooks else 'a parametrization (torch.nn.utils.parametrize)'
-                raise ValueError(f'{names.get(id(module)) or type(module).__name__} of {type(model).__name__} has its '
-                                 f'weight computed by {how}: an init cannot write it; apply the init before adding the '
-                                 f'parametrization, or remove it first (parametrize.remove_parametrizations)')
+    if family == 'swin':
+        return {names.get(id(a), ''): [*written_tensors(a), a.relative_position_bias_table]
+                for a in window_attentions(model)}
+    if family == 'mixer':
+        return {names.get(id(b.mlp_tokens), ''): list(b.mlp_tokens.parameters()) for b in token_mixing_blocks(model)}
+    return {names.get(id(a), ''): written_tensors(a) for a in attns}
 
 
 def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None,
@@ -285,7 +283,7 @@ def _writable_state(model: nn.Module, attns: List[nn.Module], everything: bool =
     if everything:
         tensors = [*model.parameters(), *model.buffers()]
     else:
-        tensors = [p for attn in attns for p in (*attn.qkv.parameters(), *attn.proj.parameters())]
+        tensors = [t for attn in attns for t in written_tensors(attn)]
         pos_embed = getattr(model, 'pos_embed', None)
         if isinstance(pos_embed, torch.Tensor):
             tensors.append(pos_embed)
@@ -319,6 +317,7 @@ def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
         img_size=_size_of(patch_embed, 'img_size'), patch_size=_size_of(patch_embed, 'patch_size'),
         num_prefix_tokens=int(getattr(model, 'num_prefix_tokens', 0)),
         has_pos_embed=isinstance(getattr(model, 'pos_embed', None), torch.Tensor),
+        attention=sorted({attention_kind(a) for a in attns}), inner_norm=inner_norm(attns),
         rotary=next((type(m).__name__ for m in model.modules() if 'rotary' in type(m).__name__.lower()), None))
 
 
@@ -332,7 +331,7 @@ def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, ge
 
 
 register_init(StructInit(
-    'mimetic', MimeticCfg, _apply_mimetic,
+    'mimetic', MimeticCfg, _apply_mimetic, check_model=check_mimetic_model,
     description='Trockman & Kolter 2023: W_q W_k^T ~ +I (rank-k per head), W_v W_proj ~ -I',
     families={'swin': FamilyInit(MimeticCfg, swin_mimetic_init_)},
 ))

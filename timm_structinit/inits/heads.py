@@ -13,6 +13,7 @@ from torch import nn
 
 __all__ = [
     'find_attention', 'head_dim_of', 'read_qk', 'write_qk_', 'read_vproj', 'write_vproj_', 'zero_attention_bias_',
+    'written_tensors',
 ]
 
 
@@ -94,6 +95,10 @@ def write_vproj_(attn: nn.Module, wv: torch.Tensor, wproj: torch.Tensor) -> None
     attn.proj.weight.copy_(wproj.T)
 
 
+# biases kept beside a bias-free fused qkv (timm's BEiT and EVA attention: q_bias, v_bias and a zero k_bias buffer)
+_SPLIT_BIASES = {'q_bias': 'qk', 'k_bias': 'qk', 'v_bias': 'vproj'}
+
+
 @torch.no_grad()
 def zero_attention_bias_(attn: nn.Module, qk: bool = True, vproj: bool = True) -> None:
     """ Zero the biases of the parts an init wrote, so the written products are the whole linear map. """
@@ -105,3 +110,13 @@ def zero_attention_bias_(attn: nn.Module, qk: bool = True, vproj: bool = True) -
             attn.qkv.bias[2 * dim:].zero_()
     if vproj and attn.proj.bias is not None:
         attn.proj.bias.zero_()
+    for name, part in _SPLIT_BIASES.items():
+        bias = getattr(attn, name, None)
+        if isinstance(bias, torch.Tensor) and (qk if part == 'qk' else vproj):
+            bias.zero_()
+
+
+def written_tensors(attn: nn.Module) -> List[torch.Tensor]:
+    """ Every tensor of `attn` an init may write: the fused qkv and proj weights and biases, and the split biases. """
+    split = [getattr(attn, name, None) for name in _SPLIT_BIASES]
+    return [*attn.qkv.parameters(), *attn.proj.parameters(), *(t for t in split if isinstance(t, torch.Tensor))]

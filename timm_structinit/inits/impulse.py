@@ -120,6 +120,10 @@ IMPULSE2025 = dict(
     kernel_size=3, offsets='fixed', solver='svd', pseudo_input='pos_embed', pos_embed_scale=18.0, vproj='mimetic')
 
 
+# attention classes that attend within windows of the patch grid, which the whole-grid targets do not fit
+_WINDOWED = {'timm.models.vision_transformer_sam.Attention': 'SAM ViT: 14 x 14 windows in most blocks'}
+
+
 def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
     """ ValueError, before any work, when the init cannot apply to a model of this geometry. """
     grid = geometry['grid_size']
@@ -138,15 +142,26 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
             f"rotary embedding ({geometry['rotary']}) in its forward pass, which does not keep the solved maps; "
             f"valid: models without rotary embedding (timm VisionTransformer: vit_*, deit_*), or struct_init "
             f"'mimetic'")
+    if not geometry.get('has_pos_embed', True):
+        # the solve writes Q/K for a position signal the tokens must carry: without an absolute table (a relative
+        # position bias alone, BEiT's default and vit_relpos_*'s, or pos_embed='none') they carry none at step 0
+        raise ValueError(
+            "impulse init solves Q/K on the position table the tokens carry, but this model has no absolute position "
+            "embedding (model.pos_embed; a relative position bias alone gives the tokens none); valid: models with "
+            "one (timm VisionTransformer: vit_*, deit_*; BEiT with use_abs_pos_emb=True), or struct_init 'mimetic'")
+    if cfg.vproj == 'mimetic' and geometry.get('inner_norm'):
+        raise ValueError(f"vproj='mimetic' writes the product W_v W_proj, but this model's attention normalizes the "
+                         f"heads' output ({geometry['inner_norm']}) between them; use vproj='keep', or build it "
+                         f"without that norm (scale_attn_norm=False)")
+    windowed = sorted(set(geometry.get('attention', ())) & set(_WINDOWED))
+    if windowed:
+        raise ValueError(f"impulse init writes maps over the whole patch grid, but {windowed[0]} attends within "
+                         f"windows of it ({_WINDOWED[windowed[0]]}); valid: struct_init 'mimetic' on this model")
     heads = geometry['num_heads']
     if cfg.offsets == 'distinct' and heads > cfg.kernel_size ** 2:
         raise ValueError(
             f"offsets='distinct' needs num_heads <= kernel_size**2, got num_heads={heads} with "
             f"kernel_size={cfg.kernel_size}; use offsets='random' or 'fixed', or a larger kernel_size")
-    if (cfg.pseudo_input == 'pos_embed' or cfg.pos_embed_scale != 1.0) and not geometry.get('has_pos_embed', True):
-        raise ValueError(
-            f"pseudo_input={cfg.pseudo_input!r} with pos_embed_scale={cfg.pos_embed_scale} needs a model with a "
-            f"position embedding; this one has none (valid here: pseudo_input='sincos', pos_embed_scale=1)")
     if cfg.pseudo_input == 'sincos' and geometry['embed_dim'] % 4:
         raise ValueError(
             f"pseudo_input='sincos' needs embed_dim divisible by 4, got {geometry['embed_dim']}")

@@ -153,6 +153,14 @@ def draw_mimetic_targets(
 
 
 @torch.no_grad()
+def check_mimetic_model(cfg: MimeticCfg, geometry: Dict[str, Any]) -> None:
+    """ ValueError, before any work, when the model's attention does not keep the products mimetic writes. """
+    if cfg.vproj and geometry.get('inner_norm'):
+        raise ValueError(f"mimetic init writes the product W_v W_proj, but this model's attention normalizes the "
+                         f"heads' output ({geometry['inner_norm']}) between them; build it without that norm "
+                         f"(scale_attn_norm=False, EVA: scale_attn_inner=False), or pass vproj=False")
+
+
 def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator) -> Dict[str, Any]:
     """ Write mimetic Q/K (and V/proj) weights into fused-qkv attention modules of equal width; zero their biases.
 

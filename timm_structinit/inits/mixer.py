@@ -58,6 +58,14 @@ def _check_token_mlp(mlp: nn.Module, num_tokens: int, where: str) -> None:
             and fc2.bias is not None and isinstance(act, _ODD_ACTIVATIONS)):
         raise ValueError(f'{where}: token mixing must be timm Mlp(fc1, act, fc2) with biases and act one of '
                          f'{[a.__name__ for a in _ODD_ACTIVATIONS]}, got {type(mlp).__name__} with act {act}')
+    norm = getattr(mlp, 'norm', None)
+    if fc2.in_features != fc1.out_features or (isinstance(norm, nn.Module) and not isinstance(norm, nn.Identity)):
+        # a gated MLP (timm's GluMlp: gmixer_*) multiplies half of fc1's output by the other half, and a norm
+        # between fc1 and fc2 rescales it: neither computes the shift written into fc1 and fc2
+        raise ValueError(f'{where}: token mixing {type(mlp).__name__} is not a plain fc1-act-fc2 MLP (fc1 gives '
+                         f'{fc1.out_features} hidden units, fc2 takes {fc2.in_features}; norm '
+                         f'{type(norm).__name__ if norm is not None else None}), so it cannot compute a shift; valid: '
+                         f'timm MlpMixer with its plain Mlp (mixer_*)')
     if fc1.in_features != num_tokens or fc1.out_features < num_tokens:
         raise ValueError(f'{where}: token mixing of {fc1.in_features} tokens with {fc1.out_features} hidden units '
                          f'on a grid of {num_tokens} tokens; a shift needs at least as many hidden units as tokens '

@@ -102,7 +102,23 @@ def check_model_args(model_name: str, kwargs: Mapping[str, Any]) -> Optional[nn.
         model = _meta_build(model_name, kwargs)
     except Exception as e:  # any constructor's complaint (ZeroDivisionError, AssertionError, ...), as one line
         raise ValueError(_build_failure(model_name, kwargs, e)) from None
-    problem = _argument_problem(model_name, type(model), kwargs)
+    problem = _argument_problem(model_name, type(model), kwargs) or _dropped_nones(model_name, model, kwargs)
     if problem:
         raise ValueError(problem)
     return model
+
+
+def _dropped_nones(model_name: str, model: nn.Module, kwargs: Mapping[str, Any]) -> Optional[str]:
+    """ An argument given as None, which `timm.create_model` drops before the model sees it (it passes on only the
+    arguments that are not None): the model keeps its own value, the registered init included. """
+    own = getattr(model, 'struct_init', None)
+    # (struct_init=None on a model without an init asks for what it builds)
+    key = next((k for k, v in kwargs.items() if v is None and (k != 'struct_init' or own is not None)), None)
+    if key is None:
+        return None
+    if key == 'struct_init':
+        return (f'struct_init=None for {model_name}: timm.create_model drops arguments that are None, so the model '
+                f'would keep its registered struct_init={own!r}; for its architecture without a structured init, '
+                f'build its base model (the name without the init, see `timm-structinit models`)')
+    return (f'{key}=None for {model_name}: timm.create_model drops arguments that are None, so the model would keep '
+            f'its own {key}; leave it out, or give it a value')

@@ -3,14 +3,15 @@ a header that cites its source line by line and says what the source left open.
 
 A recipe is addressed by its name from any folder: `timm-structinit-train -c impulse_vit_tiny_patch2_cifar10` (a
 path to any YAML file still works), `python -m timm_structinit.run train.py -c NAME` hands timm's own train.py the
-packaged file, and `timm-structinit recipes` lists them with their sources.
+packaged file, and `timm-structinit recipes` lists what each trains (`recipe_summary`).
 """
 import difflib
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-__all__ = ['RECIPES_DIR', 'list_recipes', 'recipe_path', 'recipe_source', 'resolve_config', 'unknown_config']
+__all__ = ['RECIPES_DIR', 'list_recipes', 'recipe_path', 'recipe_source', 'recipe_summary', 'resolve_config',
+           'unknown_config']
 
 RECIPES_DIR = Path(__file__).resolve().parent
 
@@ -41,6 +42,25 @@ def recipe_source(name: str) -> str:
              if line.startswith('#')]
     source = next((line for line in lines if line.lower().startswith('source:')), lines[0] if lines else '')
     return source.split(':', 1)[1].strip() if source.lower().startswith('source:') else source
+
+
+def recipe_summary(name: str) -> Dict[str, object]:
+    """ What a recipe trains, as the training command reads it: the model, the data (a `--dataset` name, or
+    ImageFolder: an image folder under --data-dir), the image side, the epochs and the batch per process (the
+    command's defaults where the recipe leaves one out; the image side is then the model's own). """
+    import yaml
+    from timm_structinit_cli.train_parser import build_parser
+    cfg = yaml.safe_load(recipe_path(name).read_text(encoding='utf-8')) or {}
+    defaults = build_parser()
+    model = cfg.get('model', defaults.get_default('model'))
+    model_kwargs = cfg.get('model_kwargs') or {}
+    size = (cfg.get('input_size') or [None])[-1] or cfg.get('img_size') or model_kwargs.get('img_size')
+    if size is None:
+        import timm
+        size = (timm.get_pretrained_cfg_value(model, 'input_size') or [None])[-1]
+    return {'model': model, 'data': cfg.get('dataset') or 'ImageFolder', 'image': size,
+            'epochs': cfg.get('epochs', defaults.get_default('epochs')),
+            'batch': cfg.get('batch_size', defaults.get_default('batch_size'))}
 
 
 def resolve_config(value: str) -> Optional[str]:

@@ -20,9 +20,10 @@ import torch
 from timm.utils import init_distributed_device
 
 from ..errors import (
-    WORK_FAILED, ConfigError, DataError, ImageReadError, OutputWriteError, RunStopped, exit_status)
-from ..utils.command_line import error_line, output_closed
+    WORK_FAILED, ConfigError, DataError, ImageReadError, OutputWriteError, RunStopped, StreamWriteError, exit_status)
+from ..utils.command_line import CommandLogHandler, error_line, guard_streams, output_closed, say, stream_failed
 from ..utils.seeds import seed_everything  # noqa: F401  part of this module's API
+from ..utils.startup import working_folder_gone
 from ..utils.timm_patches import patched_timm
 from .checks import check_args
 from .config import PROG, build_parser, parse_args
@@ -39,16 +40,6 @@ __all__ = ['main', 'train', 'parse_args', 'check_args', 'build_parser', 'ConfigE
 _logger = logging.getLogger('train')
 
 
-class _OutputStreamHandler(logging.StreamHandler):
-    """ The log on stdout; a reader that closed it (`| head -1`) ends the run as `main` says, where logging's own
-    handler would print a traceback for each later line and go on. """
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        if isinstance(sys.exc_info()[1], BrokenPipeError):
-            raise
-        super().handleError(record)
-
-
 def train(args: argparse.Namespace, inputs: Optional[RunInputs] = None) -> Dict[str, Any]:
     """ Train as `args` says, already checked by `check_args`, from the inputs it returned (read again when not
     given); returns the outcome and the output folder. """
@@ -56,7 +47,7 @@ def train(args: argparse.Namespace, inputs: Optional[RunInputs] = None) -> Dict[
         inputs = read_inputs(args)
     device = init_distributed_device(args)
     if not logging.root.handlers:
-        handler = _OutputStreamHandler(sys.stdout)
+        handler = CommandLogHandler(sys.stdout)  # a closed or full stdout ends the run as `main` says
         handler.setFormatter(logging.Formatter('%(message)s'))
         logging.root.addHandler(handler)
     logging.root.setLevel(logging.INFO if args.rank == 0 else logging.WARNING)
@@ -72,17 +63,27 @@ def train(args: argparse.Namespace, inputs: Optional[RunInputs] = None) -> Dict[
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """ Console entry point; returns the exit status: 2 for invalid arguments or data, 1 for a failure during
-    training, each with a one-line error; 128 + the signal's number when stopped by SIGINT, SIGTERM or SIGHUP. In a
+    training, each with a one-line error; 128 + the signal's number when stopped by SIGINT or a --stop-signals one. In a
     distributed run, only the process of rank 0 prints, the first failure of any process. """
     argv = list(sys.argv[1:] if argv is None else argv)
-    restore_signals = stop_on_signals()
+    restore_signals, restore_streams = stop_on_signals(), guard_streams()
     try:
         args = parse_args(argv)
+        restore_signals()  # the stop signals the run names (--stop-signals) take over from the defaults
+        restore_signals = stop_on_signals(args.stop_signals)
         train(args, check_args(args))
+        sys.stdout.flush()  # output to a file or device fails here, inside the run, not at exit
     except (ConfigError, DataError, FloatingPointError, ImageReadError, OutputWriteError) as e:
         return _failed(exit_status(e), e)
     except BrokenPipeError:
         return _failed(WORK_FAILED, BrokenPipeError(output_closed()))
+    except StreamWriteError as e:
+        return _failed(WORK_FAILED, RuntimeError(stream_failed(e)))
+    except FileNotFoundError as e:
+        gone = working_folder_gone()  # every relative path fails once it is gone: name it, not the path that failed
+        if gone is None:
+            raise
+        return _failed(WORK_FAILED, RuntimeError(gone))
     except (MemoryError, torch.OutOfMemoryError) as e:
         return _failed(WORK_FAILED, _out_of_memory(e))
     except KeyboardInterrupt as e:
@@ -92,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return peer_status
         if rank() == 0 and not getattr(e, 'reported', False):  # stopped before the epochs: nothing was written
             name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
-            print(f'interrupted{name} before training started: nothing was kept', file=sys.stderr)
+            say(f'interrupted{name} before training started: nothing was kept')
         return status
     except RuntimeError as e:  # in a distributed run, a collective operation whose peer is gone
         status = _peer_failed(None) if world_size() > 1 else None
@@ -103,6 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise
     finally:
         restore_signals()
+        restore_streams()
     return 0
 
 
@@ -126,7 +128,7 @@ def _failed(status: int, error: BaseException) -> int:
     line = f'{PROG}: error: {error_line(error)}'
     post_failure(status, line)
     if rank() == 0:
-        print(line, file=sys.stderr)
+        say(line)
     return status
 
 

@@ -1,17 +1,17 @@
-""" What a run is made of, from checked arguments: datasets, model (with the weights it starts from), data config,
-optimizer, loaders and loss, each from timm's factories. """
+""" What a run is made of, from checked arguments: datasets, model (with the weights it starts from), data config and
+optimizer, each from timm's factories; the loaders and the loss are `loaders`'. """
 import argparse
 import logging
 import math
 import os
+import sys
 from contextlib import nullcontext
 from functools import partial
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-from timm.data import FastCollateMixup, Mixup, create_loader, resolve_data_config
-from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.data import resolve_data_config
 from timm.models import create_model, load_checkpoint
 from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.utils import NativeScaler, unwrap_model
@@ -21,8 +21,7 @@ from ..errors import ConfigError, DataError
 from ..utils.checkpoints import state_dict_mismatch
 from ..utils.command_line import error_line
 from ..utils.kwargs import format_kwargs
-from .checks import mixup_active
-from .failures import quiet_worker_starts
+from .config import PROG
 from .inputs import RunInputs, checkpoint_state_dict, in_chans, model_factory_kwargs
 
 _logger = logging.getLogger('train')
@@ -67,6 +66,11 @@ def build_datasets(args: argparse.Namespace):
     if args.num_classes < num_classes:
         raise ConfigError(f'num_classes {args.num_classes} (--num-classes or model_kwargs) is too small: the '
                           f'training labels go up to {num_classes - 1}')
+    if args.num_classes > num_classes and getattr(args, 'rank', 0) == 0:
+        # what was asked is done (a head sized for later classes is a choice), and said: those units see no label
+        print(f'{PROG}: warning: num_classes {args.num_classes} (--num-classes or model_kwargs) is more than the '
+              f'{num_classes} classes of the training data: {args.num_classes - num_classes} output unit(s) never '
+              f'see a label', file=sys.stderr)
     return dataset_train, dataset_eval
 
 
@@ -168,19 +172,6 @@ def data_config(args: argparse.Namespace, model: nn.Module, datasets: Sequence) 
     return config
 
 
-def usable_cores() -> int:
-    """ The cores this process may run on, counted as torch's DataLoader counts them for its worker-count warning. """
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no CPU affinity outside Linux
-        return os.cpu_count() or 1
-
-
-def loader_workers(requested: int) -> int:
-    """ `requested` loader processes, at most one per usable core: more only wait for a core, and torch warns. """
-    return min(requested, usable_cores())
-
-
 def autocast_dtype(amp_dtype: Optional[str], device: torch.device) -> torch.dtype:
     """ The AMP dtype: `amp_dtype` when named, else what the device autocasts well: bfloat16 on CPU (float16
     autocast there ran 4-12x slower than float32, bfloat16 faster), float16 on accelerators (timm's default). """
@@ -224,50 +215,3 @@ def build_optimizer(args: argparse.Namespace, model: nn.Module, device: torch.de
         if device.type == 'cuda' and amp_dtype == torch.float16:
             loss_scaler = NativeScaler(device=device.type)
     return optimizer, amp_autocast, loss_scaler
-
-
-def build_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_train, dataset_eval,
-                  device: torch.device):
-    """ (train loader, eval loader, loader options, mixup or None, training loss); mixup runs in the collate when
-    batches are prefetched, else on each batch. """
-    collate_fn = mixup = None
-    if mixup_active(args):
-        mixup = (Mixup if args.no_prefetcher else FastCollateMixup)(
-            mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, cutmix_minmax=args.cutmix_minmax,
-            prob=args.mixup_prob, switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
-            label_smoothing=args.smoothing, num_classes=args.num_classes)
-        collate_fn = None if args.no_prefetcher else mixup
-    # pinned memory only speeds a copy to an accelerator (torch pins nothing for MPS)
-    workers, pin_memory = loader_workers(args.workers), args.pin_mem and device.type not in ('cpu', 'mps')
-    if workers < args.workers:
-        _logger.info(f'Loader: {workers} worker processes per training process ({args.workers} asked for; '
-                     f'{usable_cores()} cores here)')
-    loader_common = dict(
-        input_size=config['input_size'], mean=config['mean'], std=config['std'], num_workers=workers,
-        distributed=args.distributed, pin_memory=pin_memory, device=device, use_prefetcher=not args.no_prefetcher,
-        # fresh workers every epoch, seeded from the per-epoch seed: worker RNG never carries across epochs
-        persistent_workers=False)
-    eval_options = dict(loader_common, interpolation=config['interpolation'], crop_pct=config['crop_pct'])
-    train_interpolation = (not args.no_aug and args.train_interpolation) or config['interpolation']
-    loader_train = create_loader(
-        dataset_train, batch_size=args.batch_size, is_training=True, no_aug=args.no_aug, re_prob=args.reprob,
-        re_mode=args.remode, re_count=args.recount, re_split=args.resplit, train_crop_mode=args.train_crop_mode,
-        scale=args.scale, ratio=args.ratio, hflip=args.hflip, vflip=args.vflip, color_jitter=args.color_jitter,
-        auto_augment=args.aa, interpolation=train_interpolation, collate_fn=collate_fn,
-        num_aug_repeats=args.aug_repeats, **loader_common)
-    loader_eval = create_loader(
-        dataset_eval, batch_size=args.validation_batch_size or args.batch_size, is_training=False, **eval_options)
-    quiet_worker_starts(loader_train), quiet_worker_starts(loader_eval)
-    train_sampler = getattr(getattr(loader_train, 'loader', loader_train), 'sampler', None)
-    if hasattr(train_sampler, 'seed'):
-        train_sampler.seed = args.seed  # timm builds the DistributedSampler with seed 0; follow --seed
-    if len(loader_train) == 0:
-        raise DataError(f'{len(dataset_train)} training images make no full batch of --batch-size '
-                        f'{args.batch_size} per process; lower --batch-size')
-    if mixup is not None:
-        loss_fn = SoftTargetCrossEntropy()  # smoothing is folded into the mixed targets
-    elif args.smoothing:
-        loss_fn = LabelSmoothingCrossEntropy(smoothing=args.smoothing)
-    else:
-        loss_fn = nn.CrossEntropyLoss()
-    return loader_train, loader_eval, eval_options, mixup, loss_fn.to(device)

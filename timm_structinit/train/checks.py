@@ -37,6 +37,7 @@ def check_args(args: argparse.Namespace) -> RunInputs:
             f'--model {args.model!r} is not a registered model'
             + (f'; did you mean {", ".join(close)}?' if close else '; see timm.list_models()'))
     _check_numbers(args, build_parser())
+    _check_min_lr(args)
     _check_model_kwargs(args)
     _check_data(args)
     _check_training(args)
@@ -141,6 +142,20 @@ def _check_numbers(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     _check(args.cutmix_minmax is None or (len(args.cutmix_minmax) == 2 and
                                           0 < args.cutmix_minmax[0] <= args.cutmix_minmax[1] <= 1),
            f'--cutmix-minmax {args.cutmix_minmax} must be two numbers 0 < lo <= hi <= 1')
+
+
+def _check_min_lr(args: argparse.Namespace) -> None:
+    """ --min-lr is the floor the schedule decays to: above the rate it starts from, the schedule would rise. """
+    if args.sched in ('none', 'constant') or not args.min_lr:
+        return
+    lr, where = args.lr, f'--lr {args.lr}'
+    if lr is None:  # --lr-base scaled by the global batch, as the optimizer will be given it
+        ratio = args.batch_size * world_size() * args.grad_accum_steps / args.lr_base_size
+        scale = args.lr_base_scale or ('sqrt' if any(o in args.opt.lower() for o in ('ada', 'lamb')) else 'linear')
+        lr = args.lr_base * (math.sqrt(ratio) if scale == 'sqrt' else ratio)
+        where = f'the learning rate {lr:.3g} (from --lr-base {args.lr_base} and the global batch)'
+    _check(args.min_lr <= lr, f'--min-lr {args.min_lr} is above {where}: the {args.sched} schedule would rise to it '
+                              f'instead of decaying; valid: --min-lr <= the learning rate')
 
 
 # model arguments that have an option of their own: (option, model argument)
@@ -249,6 +264,10 @@ def _check_training(args: argparse.Namespace) -> None:
            f'--aug-repeats {args.aug_repeats} needs a distributed run (torchrun --nproc_per_node=N ...), as in timm; '
            f'this one has a single process')
     _check_compile(args)
+    if args.loader == 'device':
+        from ..data.device_transforms import unsupported_options
+        what = unsupported_options(args)
+        _check(what is None, f'--loader device cannot do {what}; use --loader timm')
 
 
 def _wandb_host() -> str:

@@ -61,6 +61,7 @@ def run_epochs(run: Run) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """ Train and evaluate the remaining epochs; returns the per-epoch rows and the last evaluation. """
     args, (loader_train, _) = run.args, run.loaders
     train_sampler = getattr(getattr(loader_train, 'loader', loader_train), 'sampler', None)
+    loader_dataset = getattr(getattr(loader_train, 'loader', loader_train), 'dataset', None)
     history: List[Dict[str, Any]] = []
     eval_metrics: Dict[str, Any] = {}
     num_updates = run.start_epoch * updates_in(len(loader_train), args.grad_accum_steps)
@@ -69,14 +70,17 @@ def run_epochs(run: Run) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
         for epoch in range(run.start_epoch, run.num_epochs):
             epoch_start = time.perf_counter()
             seed_epoch(args.seed, epoch, args.rank)
-            if hasattr(train_sampler, 'set_epoch'):
-                train_sampler.set_epoch(epoch)
+            # whatever in the training loader draws from the epoch: timm's distributed sampler, the per-image seeds
+            # of timm's loader, the device loader's order and augmentation
+            for follower in (train_sampler, loader_dataset, loader_train):
+                if hasattr(follower, 'set_epoch'):
+                    follower.set_epoch(epoch)
             if run.mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
                 run.mixup.mixup_enabled = False
             train_metrics, num_updates = train_one_epoch(
                 epoch, run.model, loader_train, run.optimizer, run.loss_fn, args, run.device,
                 lr_scheduler=run.lr_scheduler, amp_autocast=run.amp_autocast, loss_scaler=run.loss_scaler,
-                model_ema=run.model_ema, mixup_fn=run.mixup if args.no_prefetcher else None,
+                model_ema=run.model_ema, mixup_fn=run.mixup if args.no_prefetcher and args.loader == 'timm' else None,
                 num_updates=num_updates, show_progress=run.primary and sys.stdout.isatty())
             lr = mean_lr(run.optimizer)
             if (epoch + 1) % args.val_interval and epoch + 1 != run.num_epochs:

@@ -1,8 +1,10 @@
 """ How a run ends when something stops it: signals, and one process of a distributed run failing.
 
-* SIGTERM and SIGHUP (what `timeout`, SLURM, Docker and Kubernetes send) stop a run as Ctrl-C does: the epoch in
-  progress is abandoned, a new run that finished no epoch removes what it wrote, and the resume line is printed;
-  the exit status is 128 + the signal's number.
+* SIGTERM, SIGHUP and SIGUSR1 (what `timeout`, SLURM, Docker and Kubernetes send; SLURM's `--signal=USR1@SECONDS`
+  and other schedulers warn of a pre-emption with SIGUSR1) stop a run as Ctrl-C does: the epoch in progress is
+  abandoned, the last finished epoch's checkpoint is kept, a new run that finished no epoch removes what it wrote, and
+  the resume line is printed; the exit status is 128 + the signal's number. `--stop-signals` names the set
+  (`STOP_SIGNALS` is the default; `stop_signal` reads one name).
 * The data loader's workers take no part in a stop. A stop sent to the whole process group (Ctrl-C in a terminal,
   `timeout`, SLURM, a closing terminal) ends them silently, and torch's SIGCHLD handler, which would report each as a
   failed worker while the run is already ending, is set aside until the run returns. A stop that comes while the
@@ -20,12 +22,15 @@ import traceback
 from contextlib import contextmanager
 from datetime import timedelta
 from multiprocessing.context import ForkContext, ForkProcess
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+
+from timm_structinit_cli.arg_types import STOP_SIGNALS, STOPPABLE, stop_signal
 
 from ..errors import RunStopped
 
 __all__ = [
-    'RunStopped', 'stop_on_signals', 'quiet_worker_starts', 'post_failure', 'posted_failure', 'rank', 'world_size',
+    'RunStopped', 'STOP_SIGNALS', 'STOPPABLE', 'stop_signal', 'stop_on_signals', 'quiet_worker_starts', 'post_failure',
+    'posted_failure', 'rank', 'world_size',
 ]
 
 _KEY = 'timm_structinit/failure'
@@ -37,14 +42,15 @@ def _stop(signum: int) -> KeyboardInterrupt:
 
 class _Stops:
     """ The process's stop state: while `depth` > 0 (inside `_stops_held`) a stop signal is recorded in `pending`
-    instead of raised; `sigchld` is SIGCHLD's handler from before a stop set the children aside. """
+    instead of raised; `sigchld` is SIGCHLD's handler from before a stop set the children aside; `signums` are the
+    signals the run takes as a stop, which its loader workers end on quietly. """
     depth = 0
     pending: Optional[int] = None
     sigchld: object = None
+    signums: Tuple[int, ...] = tuple(getattr(signal, name) for name in ('SIGINT', *STOP_SIGNALS))
 
 
 _SIGCHLD = getattr(signal, 'SIGCHLD', None)
-_WORKER_STOPS = tuple(getattr(signal, name) for name in ('SIGINT', 'SIGTERM', 'SIGHUP') if hasattr(signal, name))
 
 
 def _children_ignored(signum, frame) -> None:
@@ -66,11 +72,13 @@ def _set_children_aside() -> None:
         signal.signal(_SIGCHLD, _children_ignored)
 
 
-def stop_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
-    """ Make each of `signums` raise RunStopped in the main thread, and SIGINT KeyboardInterrupt as Python does;
-    returns a function putting the previous handlers back (SIGCHLD's too, which a stop sets aside). """
+def stop_on_signals(signums: Sequence[Union[int, str]] = STOP_SIGNALS) -> Callable[[], None]:
+    """ Make each of `signums` (numbers or names) raise RunStopped in the main thread, and SIGINT KeyboardInterrupt
+    as Python does; returns a function putting the previous handlers back (SIGCHLD's too, which a stop sets aside). """
     from ..utils.startup import command_started
     command_started()
+    signums = tuple(getattr(signal, s) if isinstance(s, str) else int(s) for s in signums)
+    _Stops.signums = (signal.SIGINT, *signums)
     previous: Dict[int, object] = {}
 
     def handler(signum, frame):
@@ -139,7 +147,7 @@ class _QuietWorkerProcess(ForkProcess):
     def run(self) -> None:
         # The fork copied the main process's handlers, which would raise KeyboardInterrupt or RunStopped here and
         # print the worker's traceback. torch's loader then replaces SIGTERM's with its own, which also ends it.
-        for signum in _WORKER_STOPS:
+        for signum in _Stops.signums:
             signal.signal(signum, _end_worker)
         if _Stops.pending is not None:  # a stop that reached this process between the fork and now
             _end_worker(_Stops.pending, None)

@@ -2,87 +2,59 @@
 when a run leaves nothing to resume, and its summary drawn to a figure. """
 import argparse
 import csv
-import errno
 import os
-import shutil
 import socket
 import time
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from filelock import FileLock, Timeout
 
 from ..errors import ConfigError, OutputWriteError
 from ..utils.figures import new_figure, save_figure
+from ..utils.write_failures import is_write_failure, path_too_long, write_failure_reason
 from .inputs import resume_file
 from .resume import continues_in_folder
 
 # files this entry point writes into an output directory; --overwrite removes exactly these
 _OUTPUT_FILES = ('summary.csv', 'summary.png', 'target_mass.csv', 'target_mass.png', 'args.yaml', 'last.pth.tar',
                  'model_best.pth.tar', 'tmp.pth.tar')
-# the file whose OS lock says a run is in a folder (one run at a time); it names the holder
+# the file whose OS lock says a run is in a folder (one run at a time); it names the last holder, and stays
 LOCK_NAME = '.timm-structinit.lock'
 _HELD: Dict[str, FileLock] = {}  # the locks this process holds, by folder
-# how torch.save reports a write of its zip container that the file system refused (a full disk, an I/O error)
-_TORCH_WRITE_FAILURES = ('unexpected pos', 'failed writing', 'file write failed')
 
 
 @contextmanager
 def writing_output(folder: str) -> Iterator[None]:
-    """ Turn a refused write into `folder` (an OSError, or torch.save's RuntimeError for its zip container) into an
-    OutputWriteError that says what was refused and how much room is left; a checkpoint half-written in the attempt
-    is removed. """
+    """ Turn a refused write into `folder` (an OSError, torch.save's RuntimeError for its zip container, whatever
+    `is_write_failure` takes for one) into an OutputWriteError naming the file and the operating system's reason
+    (`write_failure_reason`); a checkpoint half-written in the attempt is removed, the last whole one kept. """
     started = time.time()
     try:
         yield
-    except OSError as e:
-        reason, target, code = e.strerror or str(e), e.filename, e.errno
-    except RuntimeError as e:
-        if isinstance(e, OutputWriteError) or not any(text in str(e) for text in _TORCH_WRITE_FAILURES):
+    except (OSError, RuntimeError) as e:
+        if isinstance(e, OutputWriteError) or not is_write_failure(e):
             raise
-        # torch.save's zip writer does not keep the errno: a file-size limit is the one cause it cannot show
-        reason, target, code = 'the write failed', None, errno.EFBIG if _file_size_limit() is not None else None
+        target = getattr(e, 'filename', None)
+        reason = write_failure_reason(e, target or os.path.join(folder, 'last.pth.tar'))
     else:
         return
     try:
         _remove_partial_checkpoints(folder, started)
     except OSError:  # a file system that turned read-only keeps them; the message below still says why
         pass
-    room = _room(folder, code)
     last = os.path.join(folder, 'last.pth.tar')
     resume = (f'; the last finished epoch is in {last} (continue with --resume {last} once there is room)'
               if os.path.exists(last) else '')
     raise OutputWriteError(f'cannot write {target or "a checkpoint"} in the output folder {os.path.abspath(folder)}: '
-                           f'{reason}, {room}{resume}') from None
-
-
-def _file_size_limit() -> Optional[int]:
-    """ This process's file-size limit in bytes (`ulimit -f`), None when there is none. """
-    try:
-        import resource
-        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    except (ImportError, OSError, ValueError):
-        return None
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def _room(folder: str, code: Optional[int]) -> str:
-    """ What limited the write: a file-size limit (EFBIG), else the room left on the folder's file system. """
-    if code == errno.EFBIG:
-        limit = _file_size_limit()
-        return (f'a file may not exceed this process\'s file-size limit of {limit:,} bytes (ulimit -f)'
-                if limit is not None else 'the file exceeds the largest file its file system allows')
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return 'the folder cannot be read'
-    return f'{free / 2 ** 20:.1f} MiB free there' if free >= 2 ** 20 else f'its file system is full ({free} bytes free)'
+                           f'{reason}{resume}') from None
 
 
 def _remove_partial_checkpoints(folder: str, since: float) -> None:
     """ Remove the checkpoints of `folder` a failed save may have left half-written: its temporary file, and any
-    copy of last.pth.tar made since `since` that does not match it in size. """
+    copy of last.pth.tar made since `since` that does not match it in size. (timm's CheckpointSaver, which wrote them,
+    leaves them where a save fails, and knows nothing of the others.) """
     last = os.path.join(folder, 'last.pth.tar')
     size = os.path.getsize(last) if os.path.exists(last) else None
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
@@ -109,6 +81,8 @@ def output_dir(args: argparse.Namespace) -> Tuple[str, bool]:
         path = resume_dir  # continue in the folder of the checkpoint
     else:
         path = os.path.join(root, '-'.join([datetime.now().strftime('%Y%m%d-%H%M%S'), args.model.replace('/', '_')]))
+    # absolute from here on: a working folder deleted under the run then fails as that folder, not as every path
+    path = os.path.abspath(path)
     continuing = resume_dir is not None and os.path.realpath(path) == resume_dir
     _check_writable_folder(path, args.output)
     _refuse_used(path, continuing, args.overwrite)
@@ -124,23 +98,11 @@ def _refuse_used(path: str, continuing: bool, overwrite: bool) -> None:
                           f'--overwrite to replace its files, or another --experiment')
 
 
-class _Replaced(Exception):
-    """ The lock file was removed (by its releasing owner) between our open and our lock: lock the new one. """
-
-
-def _write_owner(lock: str) -> Callable[[int], None]:
-    """ `filelock`'s on_acquired: check the locked file is still the one at `lock` (a releasing owner removes it
-    while it holds it), then write who holds it, for the message a second run gets. """
-    def write(fd: int) -> None:
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(lock))
-        except FileNotFoundError:
-            same = False
-        if not same:
-            raise _Replaced(lock)
-        os.ftruncate(fd, 0)
-        os.write(fd, f'{socket.gethostname()} {os.getpid()}'.encode())
-    return write
+def _write_owner(fd: int) -> None:
+    """ `filelock`'s on_acquired: write who holds the lock into its file, for the message a second run gets (filelock
+    records no holder; on_acquired is its hook for writing one). """
+    os.ftruncate(fd, 0)
+    os.write(fd, f'{socket.gethostname()} {os.getpid()}'.encode())
 
 
 def _lock_owner(lock: str) -> str:
@@ -156,32 +118,29 @@ def _lock_owner(lock: str) -> str:
 def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[str]:
     """ Make `path` and claim it for this run with an OS lock on its lock file (`filelock`: flock, which the kernel
     releases when the process ends however it ends, so no lock outlives its run), so that of two runs started into
-    one folder exactly one goes on. The folder is checked again once claimed (another run may have filled it since
+    one folder exactly one goes on. The lock file stays in the folder after the run, as filelock advises (a file
+    removed while another process has it open would let two runs each lock a file of that name); every check of the
+    folder's content passes it over. The folder is checked again once claimed (another run may have filled it since
     `output_dir`). Returns the outermost folder made. """
     created = first_missing(path)
     lock_path = os.path.join(path, LOCK_NAME)
-    for _ in range(3):
-        try:
-            os.makedirs(path, exist_ok=True)
-            lock = FileLock(lock_path, timeout=0, on_acquired=_write_owner(lock_path))
-            lock.acquire()
-        except _Replaced:
-            continue  # released meanwhile: lock the file now in place
-        except Timeout:
-            owner = f' ({_lock_owner(lock_path)})' if _lock_owner(lock_path) else ''
-            raise ConfigError(f'output folder {os.path.abspath(path)} is in use by another run{owner}, which holds '
-                              f'its lock file {os.path.abspath(lock_path)}; wait for it to finish, or choose another '
-                              f'--experiment') from None
-        except OSError as e:
-            # what the permission check before cannot foresee: a read-only or full file system, a pseudo file
-            # system such as /proc; the folders made here go again
-            _remove_empty_folders(path, created)
-            raise ConfigError(f'cannot create the output folder {os.path.abspath(path)}: '
-                              f'{e.strerror or e}; choose another --output') from None
-        _HELD[os.path.abspath(path)] = lock
-        break
-    else:
-        raise ConfigError(f'output folder {os.path.abspath(path)} is being claimed by another run; try again')
+    try:
+        os.makedirs(path, exist_ok=True)
+        lock = FileLock(lock_path, timeout=0, preserve_lock_file=True, on_acquired=_write_owner)
+        lock.acquire()
+    except Timeout:
+        owner = f' ({_lock_owner(lock_path)})' if _lock_owner(lock_path) else ''
+        raise ConfigError(f'output folder {os.path.abspath(path)} is in use by another run{owner}, which holds its '
+                          f'lock file {os.path.abspath(lock_path)}; wait for it to finish, or choose another '
+                          f'--experiment') from None
+    except OSError as e:
+        # what the permission check before cannot foresee: a read-only or full file system, a pseudo file system
+        # such as /proc, one out of inodes; the folders made here go again, once the reason is read
+        reason = write_failure_reason(e, e.filename or path)
+        _remove_empty_folders(path, created)
+        raise ConfigError(f'cannot create the output folder {os.path.abspath(path)}: {reason}; choose another '
+                          f'--output') from None
+    _HELD[os.path.abspath(path)] = lock
     try:
         _refuse_used(path, continuing, overwrite)
     except ConfigError:
@@ -194,20 +153,14 @@ def claim_output_dir(path: str, continuing: bool, overwrite: bool) -> Optional[s
 
 
 def release_output_dir(path: str) -> None:
-    """ Release this process's lock on `path` and remove its lock file (removed while still held, so a run that
-    opened it meanwhile sees it replaced and locks anew); a lock of another process is left alone. A file system
-    that no longer lets the file go (read-only since) keeps it: the lock itself ends with the process. """
+    """ Release this process's lock on `path` (its file stays, for the next run to lock); a lock of another process
+    is left alone. """
     lock = _HELD.pop(os.path.abspath(path), None)
-    if lock is None:
-        return
-    try:
-        os.remove(os.path.join(path, LOCK_NAME))
-    except OSError:
-        pass
-    try:
-        lock.release()
-    except OSError:
-        pass
+    if lock is not None:
+        try:
+            lock.release()
+        except OSError:  # a file system that failed under the run: the lock itself ends with the process
+            pass
 
 
 def _check_writable_folder(path: str, output: str) -> None:
@@ -219,10 +172,15 @@ def _check_writable_folder(path: str, output: str) -> None:
         raise ConfigError(f'{flag}: {existing} is a file, not a folder')
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f'{flag}: no permission to write in {existing}')
+    too_long = path_too_long(os.path.join(path, 'model_best.pth.tar'))  # the longest name a run writes there
+    if too_long:
+        raise ConfigError(f'{flag}: the output folder {os.path.abspath(path)[:120]}... cannot be made: {too_long}; '
+                          f'choose a shorter --output or --experiment')
 
 
 def first_missing(path: str) -> Optional[str]:
-    """ The outermost folder of `path` that does not exist yet (None if `path` exists). """
+    """ The outermost folder of `path` that does not exist yet (None if `path` exists): what a run made, and may
+    remove again (os.makedirs does not say what it made). """
     missing, path = None, os.path.abspath(path)
     while not os.path.exists(path):
         missing, path = path, os.path.dirname(path)
@@ -241,21 +199,31 @@ def _is_epoch_checkpoint(name: str) -> bool:
 
 
 def remove_unfinished_run(path: str, created: Optional[str]) -> None:
-    """ A new run that stopped before its first checkpoint: remove the files it wrote, and the folders it made. """
+    """ A new run that stopped before its first checkpoint: remove the files it wrote, and the folders it made (their
+    lock file with them, while the lock is still held: a run that opened it meanwhile finds it locked, not gone), then
+    release the lock. """
     if not os.path.isdir(path):
         return
-    release_output_dir(path)
-    for file in _run_files(path):
-        os.remove(file)
-    _remove_empty_folders(path, created)
+    try:
+        for file in _run_files(path):
+            os.remove(file)
+        _remove_empty_folders(path, created)
+    finally:
+        release_output_dir(path)
 
 
 def _remove_empty_folders(path: str, created: Optional[str]) -> None:
-    """ Remove `path` and its parents up to `created` (the outermost folder a run made) while they are empty. """
+    """ Remove `path` and its parents up to `created` (the outermost folder a run made) while they are empty but for
+    a lock file. (os.removedirs would go on past `created`, into folders the run did not make, and stop at a lock
+    file.) """
     path = os.path.abspath(path)
-    while (created is not None and os.path.commonpath([path, created]) == created and os.path.isdir(path)
-           and not os.listdir(path)):
-        os.rmdir(path)
+    while created is not None and os.path.commonpath([path, created]) == created:
+        if os.path.isdir(path):  # a folder not made (one a failed makedirs did not reach) is passed over
+            if _content(path):
+                break
+            if os.path.exists(os.path.join(path, LOCK_NAME)):
+                os.remove(os.path.join(path, LOCK_NAME))
+            os.rmdir(path)
         path = os.path.dirname(path)
 
 

@@ -17,10 +17,11 @@ from ..diagnostics.mass_tracking import TargetMassTracker
 from ..errors import ConfigError
 from ..utils.command_line import error_line
 from ..utils.seeds import seed_everything
-from .build import build_datasets, build_loaders, build_model, build_optimizer, data_config
+from .build import build_datasets, build_model, build_optimizer, data_config
 from .config import save_args
 from .epochs import Run, finish_run, run_epochs, updates_in
 from .inputs import RunInputs, ema_state_dict
+from .loaders import build_loaders
 from .output import claim_output_dir, output_dir, release_output_dir, remove_unfinished_run, writing_output
 from .resume import check_resume, restore_checkpoint, saved_lr
 
@@ -173,8 +174,9 @@ def _open_output(run: Run, inputs: RunInputs, dataset_eval, eval_options: Dict[s
         if not any(r['epoch'] == run.start_epoch for r in run.tracker.rows):
             with writing_output(out):
                 first = run.tracker.measure(unwrap_model(run.model), run.start_epoch)
-            print(f'target mass at epoch {run.start_epoch}: {first["mean"]:.3f} (layers '
-                  f'{" ".join(f"{v:.2f}" for k, v in first.items() if k.startswith("layer"))})', flush=True)
+            if first is not None:  # None: the tracking said in one line that it is off
+                print(f'target mass at epoch {run.start_epoch}: {first["mean"]:.3f} (layers '
+                      f'{" ".join(f"{v:.2f}" for k, v in first.items() if k.startswith("layer"))})', flush=True)
 
 
 def _restore_saver(saver: CheckpointSaver, inputs: RunInputs) -> None:

@@ -13,7 +13,7 @@ import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, List, Optional, Union
 
 __all__ = ['atomic_file', 'atomic_dir', 'remove_stale_staging', 'write_refused']
 
@@ -87,10 +87,15 @@ def atomic_dir(target: Union[str, Path], before_replace: Optional[Callable[[Path
     before the swap (to check again that the target may be replaced). Leftovers of killed writers are removed first.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(target)
-    staging = _sibling(target, 'tmp')
-    staging.mkdir()  # mkdir (not mkdtemp) keeps the usual permissions
+    made = _missing_parents(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(target)
+        staging = _sibling(target, 'tmp')
+        staging.mkdir()  # mkdir (not mkdtemp) keeps the usual permissions
+    except BaseException:
+        _remove_made(made)
+        raise
     try:
         yield staging
         if before_replace is not None:
@@ -107,6 +112,29 @@ def atomic_dir(target: Union[str, Path], before_replace: Optional[Callable[[Path
             raise
         if backup is not None:
             shutil.rmtree(backup)
+    except BaseException:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        _remove_made(made)  # the folders made for a write that failed go too: nothing half-written is left
+        raise
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _missing_parents(target: Path) -> List[Path]:
+    """ The folders above `target` that do not exist yet, innermost first. """
+    missing, folder = [], target.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_made(folders: List[Path]) -> None:
+    """ Remove the folders a failed write made (innermost first), each only while it is empty. """
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not made after all, or someone else's content meanwhile
+            break

@@ -1,33 +1,19 @@
 """ What the package's two commands (`timm-structinit` and `timm-structinit-train`) share on the command line: a parser
-whose usage errors are one line, an error's message on one line, and the line for a closed standard output (the exit
-status an error gets is in `errors`). """
-import argparse
+whose usage errors are one line, an error's message on one line, the line for a closed standard output, and standard
+output and error whose failed writes (a full device, an I/O error) are one `StreamWriteError` naming the stream (the
+exit status an error gets is in `errors`). The parser lives with the commands' parsers in `timm_structinit_cli`,
+which answer `--help` without torch or timm. """
+import logging
 import os
 import sys
-from difflib import get_close_matches
-from typing import Sequence
+from typing import Callable
 
-__all__ = ['OneLineArgumentParser', 'error_line', 'output_closed']
+from timm_structinit_cli.parsing import OneLineArgumentParser
 
+from ..errors import StreamWriteError
 
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """ An ArgumentParser whose usage errors are one line naming the offending option, not the whole usage. """
-
-    def error(self, message: str):
-        if message.startswith('unrecognized arguments:'):
-            message += self._unknown_option_hint(message.split()[2:])
-        self.exit(2, f'{self.prog}: error: {message} (see {self.prog} --help)\n')
-
-    def _unknown_option_hint(self, words: Sequence[str]) -> str:
-        """ What the unrecognized `words` were probably meant as ('' when nothing is close). """
-        if '--model' in words and any(a.dest == 'model' and not a.option_strings for a in self._actions):
-            # timm-structinit-train takes --model; these commands take the model as their first argument
-            return f'; name the model without --model: {self.prog} MODEL ...'
-        options = [option for action in self._actions for option in action.option_strings]
-        close = set()
-        for word in (w.split('=')[0] for w in words if w.startswith('--')):
-            close.update([o for o in options if o.startswith(word)][:1] or get_close_matches(word, options, 1, 0.75))
-        return f'; did you mean {", ".join(sorted(close))}?' if close else ''
+__all__ = ['OneLineArgumentParser', 'error_line', 'output_closed', 'guard_streams', 'stream_failed', 'say',
+           'CommandLogHandler']
 
 
 def error_line(error: BaseException) -> str:
@@ -47,3 +33,80 @@ def output_closed() -> str:
         pass
     return ('standard output was closed by the program reading it (a broken pipe); redirect it to a file to keep '
             'all of it')
+
+
+class _GuardedStream:
+    """ A text stream whose failed writes raise StreamWriteError naming it; everything else is the stream's. """
+
+    def __init__(self, stream, name: str) -> None:
+        self._stream, self._name = stream, name
+
+    def _refused(self, error: OSError) -> StreamWriteError:
+        try:  # where the stream goes (/dev/full, a file), as the kernel names it
+            where = f' ({os.readlink(f"/proc/self/fd/{self._stream.fileno()}")})'
+        except (OSError, ValueError, AttributeError):
+            where = ''
+        return StreamWriteError(f'{self._name}{where}', error)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:  # a reader that closed it: `output_closed`
+            raise
+        except OSError as e:
+            raise self._refused(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise self._refused(e) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def guard_streams() -> Callable[[], None]:
+    """ Make sys.stdout and sys.stderr raise StreamWriteError for a write the device refuses, and return the function
+    that puts them back. (A command flushes its output before it ends, so that block-buffered output fails inside
+    it, not at exit as Python's 'Exception ignored' with status 120.) """
+    saved = sys.stdout, sys.stderr
+    sys.stdout = _GuardedStream(saved[0], 'standard output')
+    sys.stderr = _GuardedStream(saved[1], 'standard error')
+
+    def restore() -> None:
+        sys.stdout, sys.stderr = saved
+    return restore
+
+
+def stream_failed(error: StreamWriteError) -> str:
+    """ Point the stream that failed at the null device (later writes and the flush at exit go nowhere instead of
+    failing again) and return the one line that says what failed. """
+    stream = sys.stderr if 'standard error' in str(error) else sys.stdout
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return f'{error}; write it to a device with room (or redirect it to /dev/null)'
+
+
+def say(line: str) -> None:
+    """ Print a command's last line on standard error; a standard error that cannot take it leaves only the status. """
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+class CommandLogHandler(logging.StreamHandler):
+    """ A command's log on a stream; a stream that fails (closed by its reader, a full device) ends the command as its
+    `main` says, where logging's own handler would print a traceback for each later line and go on. """
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            raise
+        super().handleError(record)

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from .atomic import atomic_file, write_refused
+from .write_failures import write_failure_reason
 
 __all__ = ['new_figure', 'save_figure']
 
@@ -26,5 +27,5 @@ def save_figure(fig: Any, out: Union[str, Path], **savefig_kwargs: Any) -> Path:
         with atomic_file(out) as tmp:
             fig.savefig(tmp, **savefig_kwargs)
     except OSError as e:  # a full or read-only file system: name the figure, not the staging file
-        raise write_refused(f'cannot write the figure {out}: {e.strerror or e}', e) from None
+        raise write_refused(f'cannot write the figure {out}: {write_failure_reason(e, str(out))}', e) from None
     return out

@@ -1,26 +1,13 @@
-""" `key=value ...` items on the command line, both ways: `ParseKwargs` reads them (timm's parser, stricter),
-`format_kwargs` writes a dict so that `ParseKwargs` reads it back. """
+""" `key=value ...` items on the command line, both ways: `ParseKwargs` reads them (timm's reading, stricter; it lives
+with the parsers in `timm_structinit_cli.kwargs`), `format_kwargs` writes a dict so that `ParseKwargs` reads it
+back; `non_string_key` finds what no keyword argument can be, in them or in a YAML mapping. """
 import ast
 import shlex
 from typing import Any, Mapping
 
-import timm.utils
+from timm_structinit_cli.kwargs import ParseKwargs, non_string_key
 
-
-class ParseKwargs(timm.utils.ParseKwargs):
-    """ timm's `k=v ...` parser (values through ast.literal_eval, a non-literal stays a string, so `pos_embed=sincos`
-    needs no quotes), with two additions users would otherwise hit: an item that is not `key=value` is a one-line
-    usage error instead of a ValueError traceback, and the items are merged over the value already there (a config
-    file's `model_kwargs`) instead of replacing it. """
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        for item in values:
-            key, sep, _ = item.partition('=')
-            if not sep or not key.isidentifier():
-                parser.error(f'{option_string} expects key=value pairs, got {item!r} (e.g. embed_dim=32)')
-        merged = dict(getattr(namespace, self.dest, None) or {})
-        super().__call__(parser, namespace, values, option_string)
-        setattr(namespace, self.dest, {**merged, **getattr(namespace, self.dest)})
+__all__ = ['ParseKwargs', 'non_string_key', 'format_kwargs']
 
 
 def format_kwargs(kwargs: Mapping[str, Any]) -> str:

@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from timm_structinit_cli.arg_types import SEED_MAX  # the command lines check --seed against it
 
 __all__ = ['SEED_MAX', 'check_seed', 'seed_everything']
-
-SEED_MAX = 2 ** 63 - 1
 
 
 def check_seed(value: Any, name: str = 'seed') -> int:

@@ -1,0 +1,127 @@
+""" Does the device loader train as well as timm's? The CPU-scale standard recipe of benchmarks/compare_inits.py (and
+the same recipe with RandAugment), two seeds per data path, on mimetic ViT at the comparison's scale (width 128,
+depth 6, 4 heads, patch 4 on 32 px; 8,000 CIFAR-10 training images, 15 epochs, evaluated on 5,000 test images):
+final top-1 of `--loader device` against the seed spread of `--loader timm`.
+
+Each run goes through the training command; a finished run keeps its `summary.csv` and `args.yaml` under
+`--out-dir` (checkpoints removed) and counts as done, so the study resumes where it stopped. The report is
+`results.md` there.
+
+    python benchmarks/loader_parity.py --out-dir benchmarks/results/loader_parity
+"""
+import argparse
+import csv
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from compare_inits import ARCH, RECIPE
+from results_file import write_lines
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / 'shared' / 'data' / 'cifar10'
+MODEL = 'vit_tiny_patch2_32_mimetic'
+RECIPES = {'standard': RECIPE, 'randaugment': RECIPE + ('--aa', 'rand-m9-mstd0.5-inc1')}
+LOADERS = ('timm', 'device')
+SEEDS = (0, 1)
+
+
+def run_name(recipe: str, loader: str, seed: int) -> str:
+    return f'{recipe}_{loader}_s{seed}'
+
+
+def command(recipe: str, loader: str, seed: int, data_dir: Path, out_dir: Path) -> List[str]:
+    model_kwargs = [f'{k}={v}' for k, v in ARCH.items()]
+    return [sys.executable, '-m', 'timm_structinit.train', '--model', MODEL, '--model-kwargs', *model_kwargs,
+            '--dataset', '', '--data-dir', str(data_dir), *RECIPES[recipe], '--seed', str(seed), '--loader', loader,
+            '--output', str(out_dir), '--experiment', run_name(recipe, loader, seed)]
+
+
+def final_top1(run: Path) -> float:
+    with open(run / 'summary.csv', newline='') as f:
+        return float(list(csv.DictReader(f))[-1]['eval_top1'])
+
+
+def train_missing(data_dir: Path, out_dir: Path, concurrent: int) -> None:
+    todo = [(r, loader, s) for s in SEEDS for r in RECIPES for loader in LOADERS
+            if not (out_dir / run_name(r, loader, s) / 'done').exists()]
+    env = dict(os.environ, OMP_NUM_THREADS='1')  # one core per run: `concurrent` runs share the machine
+    running: List[Tuple[str, subprocess.Popen, float]] = []
+    while todo or running:
+        while todo and len(running) < concurrent:
+            recipe, loader, seed = todo.pop(0)
+            name = run_name(recipe, loader, seed)
+            cmd = command(recipe, loader, seed, data_dir, out_dir)
+            if (out_dir / name).exists():  # stopped before: resume it
+                cmd += ['--resume', str(out_dir / name)]
+            log = open(out_dir / f'{name}.log', 'a')
+            log.write(f'$ {shlex.join(cmd)}\n')
+            log.flush()
+            running.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
+                            time.time()))
+            print(f'[start] {name}', flush=True)
+        time.sleep(5)
+        for item in list(running):
+            name, proc, started = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            if proc.returncode != 0:
+                print(f'[failed] {name}: exit {proc.returncode}, see {out_dir / name}.log', flush=True)
+                continue
+            for checkpoint in (out_dir / name).glob('*.pth.tar'):
+                checkpoint.unlink()
+            (out_dir / name / 'done').write_text(f'{time.time() - started:.0f} s\n')
+            print(f'[done] {name}: top-1 {final_top1(out_dir / name):.2f} in {time.time() - started:.0f} s',
+                  flush=True)
+
+
+def report(out_dir: Path) -> List[str]:
+    lines = [f'# Loader parity: `--loader device` against `--loader timm` ({datetime.now():%Y-%m-%d})', '',
+             f'{MODEL}, {" ".join(f"{k}={v}" for k, v in ARCH.items())}; 8,000 CIFAR-10 training images, 15 epochs, '
+             f'top-1 on 5,000 test images at the last epoch; command: `python benchmarks/loader_parity.py '
+             f'--out-dir {out_dir}`; each run\'s options in its `args.yaml`.', '',
+             '| recipe | loader | seed 0 | seed 1 | mean | spread (max - min) |', '|---|---|---|---|---|---|']
+    verdicts = []
+    for recipe in RECIPES:
+        finals: Dict[str, List[float]] = {}
+        for loader in LOADERS:
+            runs = [out_dir / run_name(recipe, loader, s) for s in SEEDS]
+            if not all((r / 'done').exists() for r in runs):
+                continue
+            finals[loader] = [final_top1(r) for r in runs]
+            values = finals[loader]
+            lines.append(f'| {recipe} | {loader} | {values[0]:.2f} | {values[1]:.2f} | {statistics.mean(values):.2f} '
+                         f'| {max(values) - min(values):.2f} |')
+        if len(finals) == 2:
+            low, high = min(finals['timm']), max(finals['timm'])
+            inside = [low <= v <= high for v in finals['device']]
+            gap = statistics.mean(finals['device']) - statistics.mean(finals['timm'])
+            verdicts.append(f'- {recipe}: device - timm = {gap:+.2f} points (means); device runs within the timm '
+                            f'seeds\' range [{low:.2f}, {high:.2f}]: {sum(inside)} of {len(inside)}')
+    return lines + [''] + verdicts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--data-dir', type=Path, default=DEFAULT_DATA)
+    parser.add_argument('--out-dir', type=Path, default=REPO / 'benchmarks' / 'results' / 'loader_parity')
+    parser.add_argument('--concurrent', type=int, default=2)
+    parser.add_argument('--report-only', action='store_true')
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        train_missing(args.data_dir, args.out_dir, args.concurrent)
+    lines = report(args.out_dir)
+    write_lines(args.out_dir / 'results.md', lines)
+    print('\n'.join(lines))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,218 @@
+""" Running training commands side by side: each run a process of `timm-structinit-train`, `concurrent` at a time,
+resumed from its checkpoint where an earlier call stopped it, its output in its own log, its progress (epoch, time
+left) shown as it goes, and a result written when it ends. One place starts, resumes, times and stops runs: the
+`compare` command and the repository's benchmarks both run through `run_all`.
+
+A run is done when its folder holds `result.json`; a stopped run's folder holds the training command's
+`last.pth.tar`, and the next call resumes it with `--resume` (epochs are seeded, so the resumed run is the one that
+would have run). With a deadline, a run starts only if the longest finished run (or, before any finished, the
+estimate given) would still end before it, and the runs under way at the deadline are stopped as Ctrl-C stops them,
+keeping their checkpoints. Ctrl-C or SIGTERM to the caller stops every run the same way.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+__all__ = ['RunSpec', 'Outcome', 'run_all', 'is_done', 'read_summary', 'RESULT_FILE']
+
+RESULT_FILE = 'result.json'
+_EPOCH = re.compile(r'^epoch\s+(\d+)/(\d+)\s')
+_ERROR = re.compile(r'^timm-structinit-train: error: (.*)$')
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """ One run: its name, the training command (the interpreter first), the folder it trains into (its `--output`
+    and `--experiment`), its number of epochs (for the progress shown), and the folder that holds its result once
+    it is done (its training folder, unless the caller moves it there). """
+    name: str
+    command: List[str]
+    folder: Path
+    epochs: int
+    done_folder: Optional[Path] = None
+
+    @property
+    def result_folder(self) -> Path:
+        return self.done_folder or self.folder
+
+
+@dataclass
+class Outcome:
+    """ What `run_all` did: the runs finished (name -> result), failed (name -> the one line saying why), stopped
+    (their checkpoints resume them) and not started. """
+    finished: Dict[str, dict] = field(default_factory=dict)
+    failed: Dict[str, str] = field(default_factory=dict)
+    stopped: List[str] = field(default_factory=list)
+    not_started: List[str] = field(default_factory=list)
+
+
+@dataclass
+class _Active:
+    spec: RunSpec
+    process: subprocess.Popen
+    resumed: bool
+    start: float
+    log: Path
+    epoch: int = 0
+    first_epoch: int = 0
+    epoch_start: float = 0.0
+    epoch_seconds: List[float] = field(default_factory=list)
+    error: str = ''
+    reader: Optional[threading.Thread] = None
+
+
+def is_done(folder: Path) -> bool:
+    return (folder / RESULT_FILE).is_file()
+
+
+def read_summary(path: Path) -> List[dict]:
+    import csv
+    with open(path, newline='') as f:
+        return [{k: float(v) for k, v in row.items() if v not in ('', None)} for row in csv.DictReader(f)]
+
+
+def _start(spec: RunSpec, log_dir: Path) -> _Active:
+    command = list(spec.command)
+    resumed = (spec.folder / 'last.pth.tar').is_file()
+    if resumed:
+        command += ['--resume', str(spec.folder)]
+    elif spec.folder.exists():  # stopped before its first epoch ended: nothing to resume
+        shutil.rmtree(spec.folder)
+    log = log_dir / f'{spec.name}.log'
+    with open(log, 'a' if resumed else 'w') as f:
+        f.write(f'$ {" ".join(command)}\n')
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                               env={**os.environ, 'PYTHONUNBUFFERED': '1'})
+    active = _Active(spec, process, resumed, time.time(), log, epoch_start=time.time())
+    active.reader = threading.Thread(target=_read, args=(active,), daemon=True)
+    active.reader.start()
+    return active
+
+
+def _read(active: _Active) -> None:
+    """ The run's output, line by line, into its log; its epochs and its error line noted as they come. """
+    with open(active.log, 'a') as log:
+        for line in active.process.stdout:
+            log.write(line)
+            log.flush()
+            epoch = _EPOCH.match(line)
+            if epoch:
+                now = time.time()
+                if active.epoch:
+                    active.epoch_seconds.append(now - active.epoch_start)
+                else:
+                    active.first_epoch = int(epoch.group(1)) - 1
+                active.epoch, active.epoch_start = int(epoch.group(1)), now
+            error = _ERROR.match(line.strip())
+            if error:
+                active.error = error.group(1)
+
+
+def _seconds_per_epoch(active: List[_Active], finished: Dict[str, dict]) -> Optional[float]:
+    spans = [s for a in active for s in a.epoch_seconds]
+    spans += [r['seconds'] / max(1, r.get('epochs_trained', r.get('epochs', 1))) for r in finished.values()
+              if r.get('seconds')]
+    return sum(spans) / len(spans) if spans else None
+
+
+def _progress(active: List[_Active], pending: List[RunSpec], outcome: Outcome, total: int, concurrent: int) -> str:
+    per_epoch = _seconds_per_epoch(active, outcome.finished)
+    going = ', '.join(f'{a.spec.name} epoch {a.epoch}/{a.spec.epochs}' for a in active)
+    line = f'[{len(outcome.finished)}/{total} done] {going or "-"}'
+    if per_epoch:
+        left = sum(a.spec.epochs - a.epoch for a in active) + sum(s.epochs for s in pending)
+        line += f'; about {left * per_epoch / max(1, min(concurrent, len(active) + len(pending))) / 60:.0f} min left'
+    return line
+
+
+def _stop(active: List[_Active], outcome: Outcome) -> None:
+    """ Stop the runs under way as Ctrl-C stops them (each keeps its last finished epoch's checkpoint). """
+    for a in active:
+        if a.process.poll() is None:
+            a.process.send_signal(signal.SIGINT)
+    for a in active:
+        try:
+            a.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a stop that hangs (a loader worker, say) is not waited for
+            a.process.kill()
+            a.process.wait()
+        if a.reader is not None:
+            a.reader.join(timeout=10)
+        outcome.stopped.append(a.spec.name)
+
+
+def _finish(a: _Active, finish: Callable[[RunSpec, float, bool], dict], outcome: Outcome, show) -> None:
+    if a.reader is not None:
+        a.reader.join(timeout=30)
+    name = a.spec.name
+    if a.process.returncode:
+        why = a.error or f'exit status {a.process.returncode}'
+        outcome.failed[name] = f'{why} (log: {a.log})'
+        show(f'[failed] {name}: {outcome.failed[name]}')
+        return
+    try:
+        result = finish(a.spec, time.time() - a.start, a.resumed)
+    except (OSError, ValueError, KeyError, RuntimeError, subprocess.CalledProcessError) as e:
+        outcome.failed[name] = f'its result could not be read ({type(e).__name__}: {e}) (log: {a.log})'
+        show(f'[failed] {name}: {outcome.failed[name]}')
+        return
+    outcome.finished[name] = result
+    show(f'[done] {name}: final top-1 {result["final_top1"]:.2f}, best {result["best_top1"]:.2f}, '
+         f'{result["seconds"] / 60:.1f} min')
+
+
+def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict], concurrent: int = 1,
+            deadline: Optional[float] = None, estimate: Optional[float] = None, log_dir: Optional[Path] = None,
+            show: Callable[[str], None] = print, poll: float = 0.5, progress_every: float = 30.0) -> Outcome:
+    """ Run `specs` (those not done yet), `concurrent` at a time, in the order given; `finish(spec, seconds,
+    resumed)` writes and returns a finished run's result. `deadline` is a time.monotonic() value; `estimate` the
+    seconds a run takes, before any has finished. KeyboardInterrupt (Ctrl-C, or SIGTERM turned into one) stops every
+    run under way and is raised again, the outcome in its `outcome` attribute. """
+    outcome = Outcome()
+    pending = [s for s in specs if not is_done(s.result_folder)]
+    for spec in specs:
+        if is_done(spec.result_folder):
+            outcome.finished[spec.name] = json.loads((spec.result_folder / RESULT_FILE).read_text())
+    total, active, longest, last_shown = len(specs), [], estimate or 0.0, time.monotonic()
+    try:
+        while pending or active:
+            while pending and len(active) < concurrent:
+                left = deadline - time.monotonic() if deadline is not None else None
+                if left is not None and (left <= 0 or longest > left):
+                    outcome.not_started += [s.name for s in pending]
+                    show(f'[not started] {", ".join(s.name for s in pending)}: {max(left, 0):.0f} s left of the time '
+                         f'limit, a run takes about {longest:.0f} s')
+                    pending = []
+                    break
+                spec = pending.pop(0)
+                spec.folder.parent.mkdir(parents=True, exist_ok=True)
+                active.append(_start(spec, log_dir or spec.folder.parent))
+                show(f'[{"resume" if active[-1].resumed else "start"}] {spec.name}')
+            for a in [a for a in active if a.process.poll() is not None]:
+                active.remove(a)
+                _finish(a, finish, outcome, show)
+                if a.spec.name in outcome.finished:
+                    longest = max(longest, outcome.finished[a.spec.name]['seconds'])
+            if deadline is not None and time.monotonic() > deadline and active:
+                _stop(active, outcome)
+                show(f'[stopped] {", ".join(a.spec.name for a in active)}: at the time limit; their checkpoints '
+                     f'resume them')
+                active = []
+            if active and time.monotonic() - last_shown > progress_every:
+                show(_progress(active, pending, outcome, total, concurrent))
+                last_shown = time.monotonic()
+            time.sleep(poll)
+    except KeyboardInterrupt as e:
+        _stop(active, outcome)
+        outcome.not_started += [s.name for s in pending]
+        e.outcome = outcome
+        raise
+    return outcome

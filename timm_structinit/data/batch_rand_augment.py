@@ -1,0 +1,188 @@
+""" timm's RandAugment (Cubuk et al. 2020, https://arxiv.org/abs/1909.13719, as timm implements it) on a batch of
+images: every image draws its own ops, whether each applies, its magnitude and its sign, by timm's policy.
+
+The policy is timm's own: `rand_augment_transform` parses the config string (`rand-m9-mstd0.5-inc1`, any of its
+sections: m, n, p, mstd, mmax, inc, t) and builds its ops; this module reads each op's name, probability, magnitude
+law and hyperparameters from them and draws, per image, what timm's `RandAugment.__call__` and `AugmentOp.__call__`
+draw per image: `n` ops chosen uniformly with replacement (without replacement by the weights of `tweights`), each
+applied with its probability, its magnitude from N(m, mstd) (uniform on [0, m] for mstd > 100) clipped to [0, mmax or
+10], its sign +/- with probability 1/2 where timm's level function negates, and its resampling filter (bilinear or
+bicubic at random, unless the interpolation is fixed). The ops themselves are `batch_ops`, Pillow's arithmetic.
+"""
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from PIL import Image
+from timm.data.auto_augment import rand_augment_transform
+
+from . import batch_ops as ops
+
+__all__ = ['BatchRandAugment', 'SUPPORTED_OPS']
+
+_LEVEL_DENOM = 10.0  # timm's magnitude scale: level / 10 is the op's fraction of its range
+# the ops of timm's rand sets (`_RAND_TRANSFORMS`, `_RAND_INCREASING_TRANSFORMS`, the `tweights` set) and the two
+# absolute translations; timm's 3-Augment ops (Desaturate, GaussianBlur) are not here
+SUPPORTED_OPS = ('AutoContrast', 'Equalize', 'Invert', 'Rotate', 'Posterize', 'PosterizeIncreasing',
+                 'PosterizeOriginal', 'Solarize', 'SolarizeIncreasing', 'SolarizeAdd', 'Color', 'ColorIncreasing',
+                 'Contrast', 'ContrastIncreasing', 'Brightness', 'BrightnessIncreasing', 'Sharpness',
+                 'SharpnessIncreasing', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY', 'TranslateXRel',
+                 'TranslateYRel')
+_SIGNED = ('Rotate', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY', 'TranslateXRel', 'TranslateYRel')
+_ENHANCE = {'Color': ops.color, 'Contrast': ops.contrast, 'Brightness': ops.brightness, 'Sharpness': ops.sharpness}
+
+
+@dataclass(frozen=True)
+class _Op:
+    name: str
+    prob: float
+    magnitude: float
+    magnitude_std: float
+    magnitude_max: float
+    hparams: Dict
+    fill: Tuple[float, ...]
+    bicubic: Optional[bool]  # None: bilinear or bicubic at random, per application
+
+
+def _resample_choice(resample) -> Optional[bool]:
+    if isinstance(resample, (list, tuple)):
+        return None
+    if resample in (Image.BICUBIC, Image.BILINEAR):
+        return resample == Image.BICUBIC
+    raise ValueError(f'RandAugment resampling {resample!r} is not bilinear, bicubic or random')
+
+
+class BatchRandAugment:
+    """ timm's RandAugment for `config` (hparams as timm's `create_transform` gives them: the translation constant,
+    the fill colour, a fixed interpolation), applied per image to a batch (`batch_ops`' layout). ValueError naming
+    the op for a policy with an op not implemented here. """
+
+    def __init__(self, config: str, hparams: Dict):
+        policy = rand_augment_transform(config, dict(hparams))
+        unsupported = sorted({op.name for op in policy.ops} - set(SUPPORTED_OPS))
+        if unsupported:
+            raise ValueError(f'--aa {config!r} (its ops {", ".join(unsupported)}; the device loader implements '
+                             f"those of timm's rand, inc1 and weights sets)")
+        self.ops: List[_Op] = [_Op(
+            op.name, float(op.prob), float(op.magnitude), float(op.magnitude_std),
+            float(op.magnitude_max or _LEVEL_DENOM), dict(op.hparams), tuple(float(v) for v in op.kwargs['fillcolor']),
+            _resample_choice(op.kwargs['resample'])) for op in policy.ops]
+        self.num_layers = int(policy.num_layers)
+        self.choice_weights = None if policy.choice_weights is None else torch.as_tensor(
+            policy.choice_weights, dtype=torch.float64)
+
+    def choose(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        """ (batch, num_layers) op indices: uniform with replacement, or by the weights without replacement. """
+        if self.choice_weights is None:
+            return torch.randint(len(self.ops), (batch, self.num_layers), generator=generator, device=device)
+        weights = self.choice_weights.to(device).expand(batch, -1)
+        return torch.multinomial(weights, self.num_layers, replacement=False, generator=generator)
+
+    def draw(self, batch: int, generator: torch.Generator, device: torch.device) -> List[Dict[str, torch.Tensor]]:
+        """ Per layer, what each image drew: `op` (index into `ops`), `applied`, `level` (the clipped magnitude),
+        `negate` (the level function's sign) and `bicubic` (the resampling filter). Every draw is made for every
+        image, whichever op it chose, so that each image's randomness is its own. """
+        chosen = self.choose(batch, generator, device)
+        layers = []
+        for layer in range(self.num_layers):
+            draws = torch.rand(batch, 4, generator=generator, device=device, dtype=torch.float64)
+            gauss = torch.randn(batch, generator=generator, device=device, dtype=torch.float64)
+            prob = torch.tensor([op.prob for op in self.ops], dtype=torch.float64, device=device)[chosen[:, layer]]
+            level = torch.zeros(batch, dtype=torch.float64, device=device)
+            bicubic = draws[:, 3] < 0.5
+            for index in chosen[:, layer].unique().tolist():
+                op, rows = self.ops[index], chosen[:, layer] == index
+                level = torch.where(rows, self._magnitude(op, draws[:, 1], gauss), level)
+                if op.bicubic is not None:
+                    bicubic = torch.where(rows, torch.full_like(bicubic, op.bicubic), bicubic)
+            # timm skips an op when random() > prob
+            layers.append(dict(op=chosen[:, layer], applied=~(draws[:, 0] > prob), level=level,
+                               negate=draws[:, 2] > 0.5, bicubic=bicubic))
+        return layers
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        for layer in self.draw(images.shape[0], generator, images.device):
+            for index in layer['op'].unique().tolist():
+                rows = ((layer['op'] == index) & layer['applied']).nonzero().squeeze(1)
+                if rows.numel():
+                    images[rows] = _apply(self.ops[index], images[rows], layer['level'][rows],
+                                          layer['negate'][rows], layer['bicubic'][rows])
+        return images
+
+    @staticmethod
+    def _magnitude(op: _Op, uniform: torch.Tensor, gauss: torch.Tensor) -> torch.Tensor:
+        """ AugmentOp's magnitude: N(m, std), or uniform on [0, m] for an infinite std, clipped to [0, mmax]. """
+        if op.magnitude_std == math.inf:
+            magnitude = uniform * op.magnitude
+        elif op.magnitude_std > 0:
+            magnitude = op.magnitude + op.magnitude_std * gauss
+        else:
+            magnitude = torch.full_like(uniform, op.magnitude)
+        return magnitude.clamp(0.0, op.magnitude_max)
+
+
+def _signed(value: torch.Tensor, negate: torch.Tensor) -> torch.Tensor:
+    return torch.where(negate, -value, value)
+
+
+def _translate_matrix(pixels: torch.Tensor, axis: int) -> torch.Tensor:
+    zero, one = torch.zeros_like(pixels), torch.ones_like(pixels)
+    if axis == 0:
+        return torch.stack([one, zero, pixels, zero, one, zero], 1)
+    return torch.stack([one, zero, zero, zero, one, pixels], 1)
+
+
+def _shear_matrix(factor: torch.Tensor, axis: int) -> torch.Tensor:
+    zero, one = torch.zeros_like(factor), torch.ones_like(factor)
+    if axis == 0:
+        return torch.stack([one, factor, zero, zero, one, zero], 1)
+    return torch.stack([one, zero, zero, factor, one, zero], 1)
+
+
+def _geometry(op: _Op, images: torch.Tensor, level: torch.Tensor, negate: torch.Tensor) -> torch.Tensor:
+    """ The affine matrix of a geometric op, from timm's level functions. """
+    H, W = images.shape[-2:]
+    fraction = level / _LEVEL_DENOM
+    if op.name == 'Rotate':
+        return ops.rotation_matrices(_signed(fraction * 30.0, negate), H, W)
+    if op.name in ('ShearX', 'ShearY'):
+        return _shear_matrix(_signed(fraction * 0.3, negate), 0 if op.name == 'ShearX' else 1)
+    axis = 0 if op.name in ('TranslateX', 'TranslateXRel') else 1
+    if op.name.endswith('Rel'):
+        pixels = _signed(fraction * op.hparams.get('translate_pct', 0.45), negate) * (W if axis == 0 else H)
+    else:
+        pixels = _signed(fraction * float(op.hparams['translate_const']), negate)
+    return _translate_matrix(pixels, axis)
+
+
+def _apply(op: _Op, images: torch.Tensor, level: torch.Tensor, negate: torch.Tensor,
+           bicubic: torch.Tensor) -> torch.Tensor:
+    """ One op on the images that drew it, with their levels (timm's `LEVEL_TO_ARG`, then `NAME_TO_OP`). """
+    name, fraction = op.name, level / _LEVEL_DENOM
+    if name in ('AutoContrast', 'Equalize', 'Invert'):
+        return {'AutoContrast': ops.autocontrast, 'Equalize': ops.equalize, 'Invert': ops.invert}[name](images)
+    if name in _SIGNED:
+        # a shear or translation along x reads every point on its own row (y along y): the other axis's taps go
+        axis = None if name == 'Rotate' else 'x' if name in ('ShearX', 'TranslateX', 'TranslateXRel') else 'y'
+        return ops.affine(images, _geometry(op, images, level, negate), bicubic, op.fill, axis)
+    if name.startswith('Posterize'):
+        bits = torch.trunc(fraction * 4)
+        bits = {'Posterize': bits, 'PosterizeIncreasing': 4 - bits, 'PosterizeOriginal': bits + 4}[name]
+        return ops.posterize(images, bits.long())
+    if name in ('Solarize', 'SolarizeIncreasing'):
+        threshold = torch.trunc(fraction * 256).clamp(max=256)
+        return ops.solarize(images, threshold if name == 'Solarize' else 256 - threshold)
+    if name == 'SolarizeAdd':
+        return ops.solarize_add(images, torch.trunc(fraction * 110).clamp(max=128))
+    enhance = _ENHANCE[name.removesuffix('Increasing')]
+    if name.endswith('Increasing'):
+        factor = (1.0 + _signed(fraction * 0.9, negate)).clamp(min=0.1)
+    else:
+        factor = fraction * 1.8 + 0.1
+    return enhance(images, factor)
+
+
+def fill_colour(mean: Sequence[float]) -> Tuple[int, ...]:
+    """ timm's RandAugment fill: the normalisation mean in 8 bits. """
+    return tuple(min(255, round(255 * m)) for m in mean)

@@ -1,0 +1,135 @@
+""" Loader workers that live through the whole run, with each image's augmentation drawn from a seed of (run seed,
+epoch, image index) alone.
+
+timm's loader draws an image's augmentation from its worker's random state, so what an image gets depends on how
+many workers there are and on which of them reads it; restarting the workers every epoch (and seeding them from the
+epoch) made a resumed run repeat the uninterrupted one, at the price of starting them anew each epoch.
+`EpochSeededDataset` seeds Python's, numpy's and torch's CPU generators from (seed, epoch, index) before each image's
+transform, `EpochSeededCollate` seeds them from (seed, epoch, first index) before the batch is collated (timm's
+`FastCollateMixup` draws there), and `seed_loader_order` gives the loader its own generators, so that the order of an
+epoch comes from (seed, epoch) and creating an iterator draws nothing from the process's generators (a persistent
+loader creates one iterator, a fresh one an iterator per epoch): the batches are then the same whatever `--workers`
+says, in every epoch, and the workers can stay (`persistent_workers`). In the main process (`--workers 0`) the generators' states are put back
+after each use, so the rest of the run draws as it would without the loader.
+"""
+import multiprocessing
+import random
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, List, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler, get_worker_info
+
+__all__ = ['item_seed', 'EpochSeededDataset', 'EpochSeededCollate', 'EpochSeededRandomSampler', 'seed_loader_order']
+
+_MASK = (1 << 64) - 1
+_COLLATE = 0x9E3779B97F4A7C15  # a stream of seeds apart from the images' own
+
+
+def _mix(value: int) -> int:
+    """ splitmix64's finalizer: nearby inputs give unrelated 64-bit outputs. """
+    value = (value + 0x9E3779B97F4A7C15) & _MASK
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK
+    return value ^ (value >> 31)
+
+
+def item_seed(seed: int, epoch: int, index: int) -> int:
+    """ A 63-bit seed of (seed, epoch, index) alone. """
+    return _mix(_mix(_mix(seed & _MASK) ^ epoch) ^ index) >> 1
+
+
+def _seed_generators(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed & 0xFFFFFFFF)
+    torch.default_generator.manual_seed(seed)  # the CPU generator only: an accelerator's stays as it is
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """ The CPU generators seeded for the block; in the main process their states are put back after it. """
+    if get_worker_info() is not None:  # a worker's generators serve the loader alone
+        _seed_generators(seed)
+        yield
+        return
+    saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    _seed_generators(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.random.set_rng_state(saved[2])
+
+
+class EpochSeededDataset(Dataset):
+    """ `dataset` whose items are (image, label, index), each transformed under the seed of (seed, epoch, index);
+    `set_epoch` tells the workers, which keep running, the epoch (through shared memory). The transform timm's
+    loader factory sets is set on `dataset`. """
+
+    def __init__(self, dataset: Dataset, seed: int):
+        self.dataset, self.seed = dataset, seed
+        self._epoch = multiprocessing.RawValue('q', 0)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch.value = epoch
+
+    @property
+    def transform(self) -> Any:
+        return self.dataset.transform
+
+    @transform.setter
+    def transform(self, transform: Any) -> None:
+        self.dataset.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        with _seeded(item_seed(self.seed, self.epoch, index)):
+            image, label = self.dataset[index]
+        return image, label, index
+
+
+class EpochSeededCollate:
+    """ A collate of `EpochSeededDataset` items: the indices dropped, the inner collate (timm's `fast_collate`,
+    `FastCollateMixup` or torch's default) run under the seed of (seed, epoch, the batch's first index). """
+
+    def __init__(self, collate: Callable[[List[Any]], Any], dataset: EpochSeededDataset):
+        self.collate, self.dataset = collate, dataset
+
+    def __call__(self, items: Sequence[Any]) -> Any:
+        seed = item_seed(self.dataset.seed ^ _COLLATE, self.dataset.epoch, items[0][2])
+        with _seeded(seed):
+            return self.collate([item[:2] for item in items])
+
+
+class EpochSeededRandomSampler(RandomSampler):
+    """ torch's RandomSampler whose order comes from (seed, epoch) alone (`set_epoch`), not from the state of the
+    process's generator when an iterator starts. """
+
+    order_seed = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.generator = torch.Generator()
+        self.generator.manual_seed(item_seed(self.order_seed, epoch, -1 & _MASK))
+
+
+def seed_loader_order(loader: DataLoader, seed: int) -> DataLoader:
+    """ Give `loader` (timm's PrefetchLoader unwrapped) generators of its own: its workers' base seed from a private
+    generator, and a shuffling order of (seed, epoch) where it shuffles with torch's RandomSampler (timm's
+    distributed samplers already follow `set_epoch`). Returns `loader`. """
+    inner = getattr(loader, 'loader', loader)
+    inner.generator = torch.Generator()
+    inner.generator.manual_seed(item_seed(seed, 0, _COLLATE))
+    sampler = getattr(inner, 'sampler', None)
+    if type(sampler) is RandomSampler:
+        sampler.__class__ = EpochSeededRandomSampler  # the same instance: the loader's batch sampler keeps it
+        sampler.order_seed = seed
+        sampler.set_epoch(0)
+    return loader

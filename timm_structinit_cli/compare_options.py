@@ -1,0 +1,33 @@
+""" The options of `timm-structinit compare` (timm_structinit.compare.command runs it). The options it does not
+declare are the training command's, left for every training run (`passes_options`). """
+import argparse
+
+from .kwargs import ParseKwargs
+
+__all__ = ['HELP', 'DEFAULT_ARMS', 'add_arguments']
+
+HELP = ('train every init on your data, several seeds each, and say which helps and whether the difference is real '
+        '(other options go to every training run)')
+# the arms compared when --inits is not given; timm_structinit.compare.plan.DEFAULT_ARMS is the same tuple (a test
+# holds them equal): written here too, as the plan's module imports the package
+DEFAULT_ARMS = ('plain', 'mimetic', 'impulse3')
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--out', required=True, metavar='DIR', help='folder of the runs and the answer')
+    parser.add_argument('--data-dir', metavar='DIR', help="the data, as the training command's --data-dir")
+    parser.add_argument('--model', help='base model every arm builds; one with an init of its own is refused '
+                                        '(default: a ViT-Tiny the images suit, average pooling, sin-cos table)')
+    parser.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
+                        help="the base model's arguments, e.g. embed_dim=128 depth=6 num_heads=4 patch_size=4")
+    parser.add_argument('--inits', nargs='+', default=list(DEFAULT_ARMS), metavar='INIT',
+                        help='the arms: plain (the model\'s own init), mimetic, impulse3, impulse5, or any init '
+                             'name, each optionally NAME:key=value,... (default: plain mimetic impulse3)')
+    parser.add_argument('--seeds', type=int, default=2, metavar='N', help='seeds per arm, 0..N-1 (default: 2)')
+    parser.add_argument('--device', help='training device (default: cuda where there is one, else cpu)')
+    parser.add_argument('--concurrent', type=int, default=1, metavar='N',
+                        help='runs at a time, each its own process on the device (default: 1)')
+    parser.add_argument('--time-limit', type=float, metavar='SECONDS',
+                        help='start no run that cannot end within this many seconds from now; stop the runs '
+                             'under way then (their checkpoints resume them)')
+    parser.add_argument('--report', action='store_true', help='write the answer from the runs in --out; train nothing')
