@@ -82,22 +82,32 @@ def train_missing(data_dir: Path, out_dir: Path, concurrent: int) -> None:
                   flush=True)
 
 
+def _shown(path: Path) -> str:
+    """ A path as the command would be typed from the repository's root. """
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def report(out_dir: Path) -> List[str]:
     lines = [f'# Loader parity: `--loader device` against `--loader timm` ({datetime.now():%Y-%m-%d})', '',
              f'{MODEL}, {" ".join(f"{k}={v}" for k, v in ARCH.items())}; 8,000 CIFAR-10 training images, 15 epochs, '
              f'top-1 on 5,000 test images at the last epoch; command: `python benchmarks/loader_parity.py '
-             f'--out-dir {out_dir}`; each run\'s options in its `args.yaml`.', '',
+             f'--out-dir {_shown(out_dir)}`; each run\'s options in its `args.yaml`.', '',
              '| recipe | loader | seed 0 | seed 1 | mean | spread (max - min) |', '|---|---|---|---|---|---|']
     verdicts = []
     for recipe in RECIPES:
         finals: Dict[str, List[float]] = {}
         for loader in LOADERS:
             runs = [out_dir / run_name(recipe, loader, s) for s in SEEDS]
-            if not all((r / 'done').exists() for r in runs):
+            done = [final_top1(r) if (r / 'done').exists() else None for r in runs]
+            if not any(v is not None for v in done):
                 continue
-            finals[loader] = [final_top1(r) for r in runs]
-            values = finals[loader]
-            lines.append(f'| {recipe} | {loader} | {values[0]:.2f} | {values[1]:.2f} | {statistics.mean(values):.2f} '
+            cells = ' | '.join(f'{v:.2f}' if v is not None else 'not trained' for v in done)
+            if None in done:  # a seed missing: no mean or spread, and no verdict for this recipe
+                lines.append(f'| {recipe} | {loader} | {cells} | | |')
+                continue
+            finals[loader] = values = done
+            lines.append(f'| {recipe} | {loader} | {cells} | {statistics.mean(values):.2f} '
                          f'| {max(values) - min(values):.2f} |')
         if len(finals) == 2:
             low, high = min(finals['timm']), max(finals['timm'])
@@ -105,6 +115,9 @@ def report(out_dir: Path) -> List[str]:
             gap = statistics.mean(finals['device']) - statistics.mean(finals['timm'])
             verdicts.append(f'- {recipe}: device - timm = {gap:+.2f} points (means); device runs within the timm '
                             f'seeds\' range [{low:.2f}, {high:.2f}]: {sum(inside)} of {len(inside)}')
+    if not verdicts:
+        verdicts = ['No recipe has both seeds of both paths yet: no verdict (a rerun of the command trains what is '
+                    'missing).']
     return lines + [''] + verdicts
 
 

@@ -21,6 +21,8 @@ DATA = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--train-subset', 
         '--device', 'cpu']
 TINY = [*DATA, '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8']
 ENV = dict(os.environ, OMP_NUM_THREADS='1')
+# one pytest-xdist process for the module (--dist loadgroup): the tiny comparison its tests share is trained once
+pytestmark = pytest.mark.xdist_group('compare')
 
 
 @pytest.mark.parametrize('p, df', [(0.975, 1), (0.975, 1.7), (0.975, 4.2), (0.95, 30), (0.025, 2), (0.9, 120)])
@@ -139,7 +141,7 @@ def test_other_settings_in_the_same_folder_are_refused(tiny_comparison, capsys):
     (['--seed', '3'], 'compare seeds each run itself'),
     (['--initial-checkpoint', 'x.pth'], 'would replace the init'),
     (['--seeds', '0'], '--seeds 0: must be at least 1'),
-    (['--time-limit', '0.5'], 'no run would fit'),
+    (['--time-limit', '0.001'], 'no run would fit'),
     (['--model', 'vit_tiny_patch2_32_impulse3'], 'the plain arm would not be plain'),
 ])
 def test_bad_inputs_are_one_line_before_any_training(tmp_path, capsys, argv, words):
@@ -183,7 +185,7 @@ def test_a_stopped_comparison_resumes(tmp_path):
 
 
 def _sleeping_specs(tmp_path, seconds, names):
-    """ Runs that are processes sleeping `seconds` (SIGINT ends them at once) and then print a finished epoch. """
+    """ Runs that are processes sleeping `seconds` (the SIGTERM that stops a run ends them at once) and then print a finished epoch. """
     from timm_structinit.compare.runner import RunSpec
     code = f'import time; time.sleep({seconds}); print("epoch   1/1  train loss 1.0", flush=True)'
     return [RunSpec(name, [sys.executable, '-c', code], tmp_path / name, 1) for name in names]

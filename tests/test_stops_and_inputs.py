@@ -158,6 +158,12 @@ def test_a_stop_while_the_loader_forks_is_raised_after_it():
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def _signals_as_in_a_terminal() -> None:
+    """ A command started from a terminal has SIGINT's default action; a pytest-xdist worker ignores SIGINT, and a
+    child inherits that (as Python itself, a command then keeps ignoring it). """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
@@ -165,7 +171,8 @@ def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
     script = ('import os, signal, sys, time; sys.argv[0] = "timm-structinit-train"; '
               'from timm_structinit.utils.startup import quiet_startup_stops; quiet_startup_stops(); '
               f'os.kill(os.getpid(), {int(signum)}); time.sleep(30)')
-    done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, env=ENV, timeout=60)
+    done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, env=ENV, timeout=60,
+                          preexec_fn=_signals_as_in_a_terminal)
     assert done.returncode == 128 + signum, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and 'while starting' in lines[0], done.stderr
@@ -173,7 +180,7 @@ def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
     # is in place by then, one line, and the signal's status
     data = _folder(tmp_path / 'data')
     proc = subprocess.Popen(_train_cmd(data, tmp_path / 'out', '--epochs', 1000), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
+                            stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=_signals_as_in_a_terminal)
     time.sleep(0.5)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)

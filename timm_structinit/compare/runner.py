@@ -134,10 +134,12 @@ def _progress(active: List[_Active], pending: List[RunSpec], outcome: Outcome, t
 
 
 def _stop(active: List[_Active], outcome: Outcome) -> None:
-    """ Stop the runs under way as Ctrl-C stops them (each keeps its last finished epoch's checkpoint). """
+    """ Stop the runs under way as Ctrl-C stops them (each keeps its last finished epoch's checkpoint). SIGTERM, one
+    of the training command's stop signals, rather than SIGINT: a process started with SIGINT ignored (under nohup,
+    from a background job of a script, in a pytest-xdist worker) hands that on to its children, which would not stop. """
     for a in active:
         if a.process.poll() is None:
-            a.process.send_signal(signal.SIGINT)
+            a.process.send_signal(signal.SIGTERM)
     for a in active:
         try:
             a.process.wait(timeout=60)
