@@ -131,12 +131,11 @@ def train_and_report(args: argparse.Namespace, out: Path, plan: Plan, train_args
     try:
         outcome = run_all(specs, finish, args.concurrent, deadline, estimate, runs_dir, show)
     except KeyboardInterrupt as e:
-        summary = _write(out, settings, settings['arms'], settings['reference'])
+        _write(out, settings, settings['arms'], settings['reference'])  # the answer from the runs finished so far
         kept = len(getattr(e, 'outcome').finished) if hasattr(e, 'outcome') else 0
         print(f'{PROG}: stopped ({e.args[0] if e.args else "SIGINT"}): {kept} of {len(specs)} runs finished and kept, '
               f'the stopped ones keep their checkpoints; continue with: {PROG} {shlex.join(sys.argv[2:])}',
               file=sys.stderr)
-        del summary
         return exit_status(e)
     summary = _write(out, settings, settings['arms'], settings['reference'])
     _print_answer(out, summary)
