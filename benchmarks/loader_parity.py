@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from compare_inits import ARCH, RECIPE
+from timm_structinit.compare.stats import welch_gain
 from results_file import write_lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +83,10 @@ def train_missing(data_dir: Path, out_dir: Path, concurrent: int) -> None:
                   flush=True)
 
 
+_WORDS = {'unclear': 'holds zero: no difference these seeds can tell', 'better': 'the device path better',
+          'worse': 'the device path worse'}
+
+
 def _shown(path: Path) -> str:
     """ A path as the command would be typed from the repository's root. """
     path = path.resolve()
@@ -113,7 +118,9 @@ def report(out_dir: Path) -> List[str]:
             low, high = min(finals['timm']), max(finals['timm'])
             inside = [low <= v <= high for v in finals['device']]
             gap = statistics.mean(finals['device']) - statistics.mean(finals['timm'])
-            verdicts.append(f'- {recipe}: device - timm = {gap:+.2f} points (means); device runs within the timm '
+            welch = welch_gain('device', finals['device'], finals['timm'])
+            verdicts.append(f'- {recipe}: device - timm = {gap:+.2f} points (means), 95% Welch interval '
+                            f'{gap:+.2f} ± {welch.half_width:.2f} ({_WORDS[welch.verdict]}); device runs within the timm '
                             f'seeds\' range [{low:.2f}, {high:.2f}]: {sum(inside)} of {len(inside)}')
     if not verdicts:
         verdicts = ['No recipe has both seeds of both paths yet: no verdict (a rerun of the command trains what is '
