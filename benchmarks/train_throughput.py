@@ -4,7 +4,8 @@ Both models go through `timm_structinit.train.main` on the same data, options an
 model. The plugin side is a registered model (`vit_tiny_patch2_32_gap_sincos`: average pooling, fixed sin-cos
 position embedding); the plain side is timm's own `VisionTransformer` (`vit_tiny_patch16_224` rebuilt with the same
 width, depth, heads, patch and pooling, learned position embedding), which uses no code of this package. Runs
-alternate plain / plugin to spread machine noise evenly, the first epoch of each run is discarded (warm-up), and the
+alternate plain / plugin, in the order ABBA (odd rounds start with the plugin) so that both machine drift and any
+order effect spread evenly, the first epoch of each run is discarded (warm-up), and the
 train-phase images/second of the rest (timm's summary CSV, evaluation excluded) are compared by median, and round by
 round (each round's plugin median over its timm median, whose median over rounds is what a drifting machine load
 leaves least touched).
@@ -83,7 +84,7 @@ def main():
     parser.add_argument('--data-dir', default=str(SHARED_CIFAR10))
     parser.add_argument('--train-subset', type=int, default=2560)
     parser.add_argument('--epochs', type=int, default=3, help='epochs per run; the first is discarded')
-    parser.add_argument('--rounds', type=int, default=3, help='alternating plain/plugin runs per side')
+    parser.add_argument('--rounds', type=int, default=3, help='alternating plain/plugin runs per side (ABBA order)')
     parser.add_argument('--batch-size', type=int, default=128)
     parser.add_argument('--workers', type=int, default=0)
     parser.add_argument('--patch-size', type=int, default=4)
@@ -117,11 +118,12 @@ def main():
             rates = {label: [] for label, _, _ in pair}
             round_ratios = []
             for r in range(args.rounds):
-                round_rates = []
-                for i, (label, model, kwargs) in enumerate(pair):
+                round_rates = {}
+                # counterbalanced (ABBA): odd rounds run the plugin first, so an order effect cancels too
+                for i, (label, model, kwargs) in (enumerate(pair) if r % 2 == 0 else reversed(list(enumerate(pair)))):
                     got = run_once(model, kwargs, args, workdir, f'{p}-{r}-{i}-{model}')
                     rates[label] += got
-                    round_rates.append(statistics.median(got))
+                    round_rates[i] = statistics.median(got)
                     line = f'round {r + 1} {label:<40s} ' + ' '.join(f'{v:7.1f}' for v in got)
                     print(line, flush=True)
                     lines.append(line)

@@ -69,6 +69,21 @@ def test_resized_crop_is_timms_random_resized_crop(images, size):
     _agree(_as_batch(expected), got)
 
 
+@pytest.mark.parametrize('size', [(32, 32), (24, 40)])
+def test_flips_in_the_resize_are_the_resized_images_mirrored(images, size):
+    """ The flips folded into the resize give, bit for bit, the resized images mirrored afterwards (as timm's
+    transform flips after its crop), and leave the other images as they are. """
+    _, batch = images
+    generator = torch.Generator().manual_seed(7)
+    boxes = rrc_boxes(len(batch), 32, 32, (0.08, 1.0), (3 / 4, 4 / 3), generator, torch.device('cpu'))
+    bicubic = torch.rand(len(batch), generator=generator) < 0.5
+    hflip, vflip = (torch.rand(len(batch), 2, generator=generator) < 0.5).unbind(1)
+    plain = ops.resized_crop(batch, boxes, size, bicubic)
+    expected = torch.where(hflip[:, None, None, None], plain.flip(-1), plain)
+    expected = torch.where(vflip[:, None, None, None], expected.flip(-2), expected)
+    assert torch.equal(ops.resized_crop(batch, boxes, size, bicubic, hflip=hflip, vflip=vflip), expected)
+
+
 @pytest.mark.parametrize('name', ['Rotate', 'ShearX', 'ShearY', 'TranslateXRel', 'TranslateYRel'])
 @pytest.mark.parametrize('magnitude', MAGNITUDES)
 @pytest.mark.parametrize('cubic', [False, True])
@@ -220,3 +235,54 @@ def test_crop_boxes_follow_timms_law():
     for column in range(4):
         assert stats.ks_2samp(theirs[:, column], ours[:, column]).pvalue > 0.001, column
     assert (ours[:, 0] + ours[:, 2] <= 32).all() and (ours[:, 1] + ours[:, 3] <= 32).all()
+
+
+def _timm_op(name, pil, level, negate, cubic):
+    """ timm's AugmentOp for one image at a given magnitude and sign: its level function (with `random` answering the
+    sign), then its Pillow op with the fill and filter timm passes to every op. """
+    fn = timm_aa.LEVEL_TO_ARG[name]
+    original, random.random = random.random, (lambda: 0.9) if negate else (lambda: 0.1)
+    try:
+        args = fn(level, dict(translate_const=14)) if fn else ()
+    finally:
+        random.random = original
+    return timm_aa.NAME_TO_OP[name](pil, *args, fillcolor=FILL, resample=PIL_FILTER[cubic])
+
+
+def test_a_layer_of_mixed_ops_is_timms_op_for_each_image(images):
+    """ One RandAugment layer over 200 images that drew all the policy's ops at once (the ops applied by kind, a
+    pass per kind), against timm's op of each image with that image's magnitude, sign and filter. """
+    pil, batch = images
+    from timm_structinit.data.pillow_compat import posterize_zero_bits_safe_ops
+    augment = BatchRandAugment('rand-n1-m9-mstd0.5-inc1', dict(translate_const=14, img_mean=FILL))
+    layer = augment.draw(len(pil), torch.Generator().manual_seed(5), torch.device('cpu'))[0]
+    assert len(layer['op'][layer['applied']].unique()) >= 10  # most kinds of op in one batch
+    got = batch.clone()
+    augment._apply_layer(got, layer)
+    expected = []
+    with posterize_zero_bits_safe_ops():
+        for i, im in enumerate(pil):
+            if not layer['applied'][i]:
+                expected.append(im)
+                continue
+            op = augment.ops[int(layer['op'][i])]
+            expected.append(_timm_op(op.name, im, float(layer['level'][i]), bool(layer['negate'][i]),
+                                     bool(layer['bicubic'][i])))
+    _agree(_as_batch(expected), got)
+
+
+@pytest.mark.parametrize('config', ['rand-n3-m9-mstd0.5-inc1', 'rand-m9-mstd101'])
+def test_a_layer_applies_each_op_as_the_op_alone_does(images, config):
+    """ Applying a layer's ops by kind gives, bit for bit, what each op applied alone to its images gives. """
+    _, batch = images
+    from timm_structinit.data.batch_rand_augment import _apply
+    augment = BatchRandAugment(config, dict(translate_const=14, img_mean=FILL))
+    grouped, alone = batch.clone(), batch.clone()
+    for layer in augment.draw(len(batch), torch.Generator().manual_seed(6), torch.device('cpu')):
+        augment._apply_layer(grouped, layer)
+        for index in layer['op'].unique().tolist():
+            rows = ((layer['op'] == index) & layer['applied']).nonzero().squeeze(1)
+            if rows.numel():
+                alone[rows] = _apply(augment.ops[index], alone[rows], layer['level'][rows], layer['negate'][rows],
+                                     layer['bicubic'][rows])
+    assert torch.equal(grouped, alone)

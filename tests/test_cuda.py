@@ -143,6 +143,21 @@ def test_apply_init_on_a_timm_model_on_the_gpu(build, init, kwargs):
     assert json.dumps(record_gpu, sort_keys=True) == json.dumps(record_cpu, sort_keys=True)
 
 
+def test_apply_init_from_a_side_stream_writes_before_the_callers_next_kernel():
+    """ The init's math runs on a helper thread; its writes land on the caller's current stream, so a kernel the
+    caller queues next on that stream reads the initialized weights. """
+    torch.manual_seed(0)
+    cpu = _timm_vit()
+    gpu = copy.deepcopy(cpu).cuda()
+    timm_structinit.apply_init(cpu, 'mimetic', seed=5)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        timm_structinit.apply_init(gpu, 'mimetic', seed=5)
+        read = {k: v.clone() for k, v in gpu.state_dict().items()}  # queued on the side stream, after the writes
+    side.synchronize()
+    assert all(torch.equal(read[k].cpu(), v) for k, v in cpu.state_dict().items())
+
+
 # ------------------------------------------------------------------------------------------------ mixed precision
 
 

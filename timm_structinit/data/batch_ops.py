@@ -19,9 +19,11 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-__all__ = ['resized_crop', 'affine', 'rotation_matrices', 'hflip', 'vflip', 'grayscale', 'blend', 'smooth',
+__all__ = ['resized_crop', 'affine', 'rotation_matrices', 'grayscale', 'grey', 'mean_grey', 'blend',
+           'smooth',
            'brightness', 'contrast', 'color', 'sharpness', 'apply_lut', 'autocontrast', 'equalize', 'posterize',
-           'solarize', 'solarize_add', 'invert']
+           'solarize', 'solarize_add', 'invert', 'autocontrast_table', 'equalize_table', 'posterize_table',
+           'solarize_table', 'solarize_add_table', 'invert_table']
 
 _PRECISION_BITS = 22  # Resample.c: 32 - 8 - 2 bits for the weights of an 8-bit image
 
@@ -81,21 +83,29 @@ def _round8(x: torch.Tensor) -> torch.Tensor:
     return torch.floor_(x.add_(0.5)).clamp_(0, 255)
 
 
-def resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: Tuple[int, int],
-                 bicubic: torch.Tensor) -> torch.Tensor:
+def resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: Tuple[int, int], bicubic: torch.Tensor,
+                 hflip: Optional[torch.Tensor] = None, vflip: Optional[torch.Tensor] = None) -> torch.Tensor:
     """ Crop each image to its box (top, left, height, width: (B, 4) integers) and resize it to `size` (H, W), as
     torchvision's `resized_crop` does with Pillow (`crop`, then `resize`): a horizontal pass, 8-bit rounding, a
     vertical pass. Where a crop keeps its length Pillow skips that pass; the weights are then a shifted identity,
-    which gives the plain crop exactly. """
+    which gives the plain crop exactly. `hflip` / `vflip` ((B,) bools) then mirror those images, at no cost: a pass's
+    output pixels are taken in reverse order (the same sums, so the same values as flipping after). """
     B, C, H, W = images.shape
     top, left, height, width = boxes.unbind(1)
     out_h, out_w = size
-    wx = _crop_weights(W, left, width, out_w, bicubic).to(images.dtype)  # (B, out_w, W)
+    wx = _mirrored(_crop_weights(W, left, width, out_w, bicubic), hflip).to(images.dtype)  # (B, out_w, W)
     x = _round8(torch.bmm(images.reshape(B, C * H, W), wx.transpose(1, 2)))  # (B, C * H, out_w)
-    wy = _crop_weights(H, top, height, out_h, bicubic).to(images.dtype)  # (B, out_h, H)
+    wy = _mirrored(_crop_weights(H, top, height, out_h, bicubic), vflip).to(images.dtype)  # (B, out_h, H)
     x = x.reshape(B, C, H, out_w).transpose(1, 2).reshape(B, H, C * out_w)
     x = _round8(torch.bmm(wy, x))  # (B, out_h, C * out_w)
     return x.reshape(B, out_h, C, out_w).transpose(1, 2).contiguous()
+
+
+def _mirrored(weights: torch.Tensor, flipped: Optional[torch.Tensor]) -> torch.Tensor:
+    """ (B, out, in) resampling weights with the output pixels of the `flipped` images in reverse order. """
+    if flipped is None or not bool(flipped.any()):
+        return weights
+    return torch.where(flipped[:, None, None], weights.flip(1), weights)
 
 
 def rotation_matrices(degrees: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -138,16 +148,29 @@ def affine(images: torch.Tensor, matrices: torch.Tensor, bicubic: torch.Tensor, 
     stride = W + 4
     center = ((y0.clamp(-1, H - 1) + 2) * stride + x0.clamp(-1, W - 1) + 2).long().reshape(B, 1, H * W)
 
-    def pixels(k: int, j: int) -> torch.Tensor:
-        return padded.gather(2, (center + (k * stride + j)).expand(B, C, H * W)).reshape(B, C, H, W)
-
-    values = _bilinear(pixels, dx, dy, axis)
-    cubic = bicubic.nonzero().squeeze(1)
-    if cubic.numel():
-        values[cubic] = _bicubic(pixels, dx, dy, axis)[cubic]
+    values = torch.empty(B, C, H, W, dtype=torch.float64, device=device)
+    for cubic in (False, True):  # each image sampled with its own filter only
+        rows = (bicubic == cubic).nonzero().squeeze(1)
+        if rows.numel() == B:
+            values = _sample(padded, center, stride, dx, dy, axis, cubic, (H, W))
+        elif rows.numel():
+            values[rows] = _sample(padded[rows], center[rows], stride, dx[rows], dy[rows], axis, cubic, (H, W))
     values = torch.floor_(values.clamp_(0, 255)).to(images.dtype)
     fill = torch.tensor(list(fill), dtype=images.dtype, device=device)[None, :, None, None]
     return torch.where(inside[:, None], values, fill)
+
+
+def _sample(padded: torch.Tensor, center: torch.Tensor, stride: int, dx: torch.Tensor, dy: torch.Tensor,
+            axis: Optional[str], cubic: bool, size: Tuple[int, int]) -> torch.Tensor:
+    """ The padded images' values at the points (`center` the tap of each point's pixel, `dx`, `dy` its offsets in
+    it), bicubic or bilinear. """
+    B, C = padded.shape[:2]
+    H, W = size
+
+    def pixels(k: int, j: int) -> torch.Tensor:
+        return padded.gather(2, (center + (k * stride + j)).expand(B, C, H * W)).reshape(B, C, H, W)
+
+    return (_bicubic if cubic else _bilinear)(pixels, dx, dy, axis)
 
 
 def _bilinear(pixels, dx, dy, axis: Optional[str]) -> torch.Tensor:
@@ -177,19 +200,6 @@ def _bicubic(pixels, dx, dy, axis: Optional[str]) -> torch.Tensor:
     return _cubic(*rows, dy)
 
 
-def hflip(images: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
-    """ The images of `flipped` ((B,) bools) mirrored left to right, in place. """
-    rows = flipped.nonzero().squeeze(1)
-    images[rows] = images[rows].flip(-1)
-    return images
-
-
-def vflip(images: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
-    rows = flipped.nonzero().squeeze(1)
-    images[rows] = images[rows].flip(-2)
-    return images
-
-
 def grayscale(images: torch.Tensor) -> torch.Tensor:
     """ Pillow's `convert('L')` of RGB images, (B, 1, H, W): ITU-R 601-2 luma in 16-bit fixed point. """
     if images.shape[1] == 1:
@@ -212,14 +222,22 @@ def brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     return blend(torch.zeros_like(images), images, factor)
 
 
+def grey(images: torch.Tensor) -> torch.Tensor:
+    """ ImageEnhance.Color's degenerate image: the luma in every channel. """
+    return grayscale(images).expand_as(images)
+
+
+def mean_grey(images: torch.Tensor) -> torch.Tensor:
+    """ ImageEnhance.Contrast's degenerate image: the image's mean luma, rounded to an integer. """
+    return torch.floor(grayscale(images).mean(dim=(1, 2, 3), keepdim=True) + 0.5).expand_as(images)
+
+
 def color(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    return blend(grayscale(images).expand_as(images), images, factor)
+    return blend(grey(images), images, factor)
 
 
 def contrast(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """ ImageEnhance.Contrast: blended with the image's mean luma, rounded to an integer. """
-    mean = torch.floor(grayscale(images).mean(dim=(1, 2, 3), keepdim=True) + 0.5)
-    return blend(mean.expand_as(images), images, factor)
+    return blend(mean_grey(images), images, factor)
 
 
 def smooth(images: torch.Tensor) -> torch.Tensor:
@@ -251,22 +269,26 @@ def _histograms(images: torch.Tensor) -> torch.Tensor:
     return torch.bincount(index.flatten(), minlength=B * C * 256).reshape(B, C, 256).to(torch.float64)
 
 
-def autocontrast(images: torch.Tensor) -> torch.Tensor:
-    """ ImageOps.autocontrast (no cutoff): each channel's range stretched to 0..255, truncated. """
+def _levels(batch: int, channels: int, device) -> torch.Tensor:
+    return torch.arange(256, dtype=torch.float64, device=device).expand(batch, channels, 256)
+
+
+def autocontrast_table(images: torch.Tensor) -> torch.Tensor:
+    """ ImageOps.autocontrast's (no cutoff) table of each channel: its range stretched to 0..255, truncated. """
     B, C = images.shape[:2]
     low = images.amin(dim=(2, 3)).to(torch.float64)[..., None]
     high = images.amax(dim=(2, 3)).to(torch.float64)[..., None]
-    levels = torch.arange(256, dtype=torch.float64, device=images.device).expand(B, C, 256)
+    levels = _levels(B, C, images.device)
     span = (high - low).clamp(min=1)
     scale = torch.full_like(span, 255.0) / span  # tensor by tensor, as Pillow's double division (see above)
     stretched = torch.trunc(levels * scale - low * scale).clamp(0, 255)
-    return apply_lut(images, torch.where(high > low, stretched, levels))
+    return torch.where(high > low, stretched, levels)
 
 
-def equalize(images: torch.Tensor) -> torch.Tensor:
-    """ ImageOps.equalize: each channel through the table of its histogram's cumulative counts. """
+def equalize_table(images: torch.Tensor) -> torch.Tensor:
+    """ ImageOps.equalize's table of each channel: its histogram's cumulative counts. """
     histogram = _histograms(images)  # (B, C, 256)
-    levels = torch.arange(256, dtype=torch.float64, device=images.device).expand_as(histogram)
+    levels = _levels(*histogram.shape[:2], images.device)
     used = histogram > 0
     last = torch.where(used, levels, torch.full_like(levels, -1)).amax(-1, keepdim=True)
     last_count = histogram.gather(-1, last.clamp(min=0).long())
@@ -275,26 +297,51 @@ def equalize(images: torch.Tensor) -> torch.Tensor:
     before = histogram.cumsum(-1) - histogram  # counts below each level
     table = torch.floor((torch.floor(step / 2) + before) / step.clamp(min=1)).clamp(0, 255)  # whole numbers: exact
     flat = (used.sum(-1, keepdim=True) <= 1) | (step == 0)
-    return apply_lut(images, torch.where(flat, levels, table))
+    return torch.where(flat, levels, table)
+
+
+def posterize_table(bits: torch.Tensor) -> torch.Tensor:
+    """ ImageOps.posterize keeping `bits` ((B,)) of each value's 8 (0 bits: black, as timm's Pillow >= 13 fix; 8 or
+    more: unchanged), as (B, 1, 256) tables. """
+    step = (2.0 ** (8 - bits.clamp(0, 8))).to(torch.float64)[:, None, None]
+    return torch.floor(_levels(len(bits), 1, bits.device) / step) * step  # powers of two: exact
+
+
+def solarize_table(threshold: torch.Tensor) -> torch.Tensor:
+    """ ImageOps.solarize: values at or above the image's threshold ((B,)) inverted. """
+    levels = _levels(len(threshold), 1, threshold.device)
+    return torch.where(levels >= threshold.to(torch.float64)[:, None, None], 255 - levels, levels)
+
+
+def solarize_add_table(add: torch.Tensor, threshold: float = 128) -> torch.Tensor:
+    """ timm's solarize_add: values below the threshold raised by `add` ((B,)), at most 255. """
+    levels = _levels(len(add), 1, add.device)
+    return torch.where(levels < threshold, (levels + add.to(torch.float64)[:, None, None]).clamp(max=255), levels)
+
+
+def invert_table(batch: int, device) -> torch.Tensor:
+    return 255 - _levels(batch, 1, device)
+
+
+def autocontrast(images: torch.Tensor) -> torch.Tensor:
+    return apply_lut(images, autocontrast_table(images))
+
+
+def equalize(images: torch.Tensor) -> torch.Tensor:
+    return apply_lut(images, equalize_table(images))
 
 
 def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
-    """ ImageOps.posterize keeping `bits` (B,) of each value's 8 (0 bits: black, as timm's Pillow >= 13 fix); 8 or
-    more bits: unchanged. """
-    step = (2.0 ** (8 - bits.clamp(0, 8))).to(images.dtype)[:, None, None, None]
-    return torch.floor(images / step) * step  # powers of two: exact
+    return apply_lut(images, posterize_table(bits))
 
 
 def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    """ ImageOps.solarize: values at or above the image's threshold ((B,)) inverted. """
-    return torch.where(images >= threshold.to(images.dtype)[:, None, None, None], 255 - images, images)
+    return apply_lut(images, solarize_table(threshold))
 
 
 def solarize_add(images: torch.Tensor, add: torch.Tensor, threshold: float = 128) -> torch.Tensor:
-    """ timm's solarize_add: values below the threshold raised by `add` ((B,)), at most 255. """
-    raised = (images + add.to(images.dtype)[:, None, None, None]).clamp(max=255)
-    return torch.where(images < threshold, raised, images)
+    return apply_lut(images, solarize_add_table(add, threshold))
 
 
 def invert(images: torch.Tensor) -> torch.Tensor:
-    return 255 - images
+    return apply_lut(images, invert_table(images.shape[0], images.device))

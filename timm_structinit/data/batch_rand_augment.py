@@ -9,6 +9,7 @@ applied with its probability, its magnitude from N(m, mstd) (uniform on [0, m] f
 10], its sign +/- with probability 1/2 where timm's level function negates, and its resampling filter (bilinear or
 bicubic at random, unless the interpolation is fixed). The ops themselves are `batch_ops`, Pillow's arithmetic.
 """
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -29,8 +30,6 @@ SUPPORTED_OPS = ('AutoContrast', 'Equalize', 'Invert', 'Rotate', 'Posterize', 'P
                  'Contrast', 'ContrastIncreasing', 'Brightness', 'BrightnessIncreasing', 'Sharpness',
                  'SharpnessIncreasing', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY', 'TranslateXRel',
                  'TranslateYRel')
-_SIGNED = ('Rotate', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY', 'TranslateXRel', 'TranslateYRel')
-_ENHANCE = {'Color': ops.color, 'Contrast': ops.contrast, 'Brightness': ops.brightness, 'Sharpness': ops.sharpness}
 
 
 @dataclass(frozen=True)
@@ -103,12 +102,35 @@ class BatchRandAugment:
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         for layer in self.draw(images.shape[0], generator, images.device):
-            for index in layer['op'].unique().tolist():
-                rows = ((layer['op'] == index) & layer['applied']).nonzero().squeeze(1)
-                if rows.numel():
-                    images[rows] = _apply(self.ops[index], images[rows], layer['level'][rows],
-                                          layer['negate'][rows], layer['bicubic'][rows])
+            self._apply_layer(images, layer)
         return images
+
+    def _apply_layer(self, images: torch.Tensor, layer: Dict[str, torch.Tensor]) -> None:
+        """ One layer's ops, in place, by kind rather than by op: the ops of a kind differ only in their per-image
+        parameters (an affine matrix, a table, a blend's degenerate image and factor), so each kind is one pass over
+        the images that drew it, whichever ops they drew (fewer, larger batch operations: the cost on a GPU and on
+        CPU cores alike is the count of small ones). """
+        chosen, applied = layer['op'], layer['applied']
+        kinds: Dict[tuple, List[Tuple[_Op, torch.Tensor]]] = {}
+        for index in chosen[applied].unique().tolist():
+            op = self.ops[index]
+            kinds.setdefault(_kind(op), []).append((op, ((chosen == index) & applied).nonzero().squeeze(1)))
+        for kind, members in kinds.items():
+            rows = torch.cat([r for _, r in members])
+            level, negate = layer['level'][rows], layer['negate'][rows]
+            bounds = list(itertools.accumulate((len(r) for _, r in members), initial=0))
+            parts = [slice(start, end) for start, end in zip(bounds, bounds[1:])]  # each op's images in `rows`
+            x = images[rows]
+            if kind[0] == 'affine':
+                matrices = torch.cat([_geometry(op, x, level[p], negate[p]) for (op, _), p in zip(members, parts)])
+                images[rows] = ops.affine(x, matrices, layer['bicubic'][rows], kind[2], kind[1])
+            elif kind[0] == 'table':
+                tables = [_table(op, x[p], level[p]).expand(-1, x.shape[1], -1) for (op, _), p in zip(members, parts)]
+                images[rows] = ops.apply_lut(x, torch.cat(tables))
+            else:
+                degenerate = torch.cat([_DEGENERATE[_enhance_name(op)](x[p]) for (op, _), p in zip(members, parts)])
+                factors = torch.cat([_factor(op, level[p], negate[p]) for (op, _), p in zip(members, parts)])
+                images[rows] = ops.blend(degenerate, x, factors)
 
     @staticmethod
     def _magnitude(op: _Op, uniform: torch.Tensor, gauss: torch.Tensor) -> torch.Tensor:
@@ -124,6 +146,53 @@ class BatchRandAugment:
 
 def _signed(value: torch.Tensor, negate: torch.Tensor) -> torch.Tensor:
     return torch.where(negate, -value, value)
+
+
+# a geometric op's sampling axis: a shear or translation along x reads every point on its own row (y: column)
+_AXIS = {'Rotate': None, 'ShearX': 'x', 'TranslateX': 'x', 'TranslateXRel': 'x', 'ShearY': 'y', 'TranslateY': 'y',
+         'TranslateYRel': 'y'}
+_TABLES = ('AutoContrast', 'Equalize', 'Invert', 'Posterize', 'PosterizeIncreasing', 'PosterizeOriginal', 'Solarize',
+           'SolarizeIncreasing', 'SolarizeAdd')
+# an enhance op's degenerate image (ImageEnhance), which its factor blends with the image
+_DEGENERATE = {'Brightness': torch.zeros_like, 'Color': ops.grey, 'Contrast': ops.mean_grey, 'Sharpness': ops.smooth}
+
+
+def _kind(op: _Op) -> tuple:
+    """ The ops that one batch operation applies together: affine ops of one axis and fill, tables, blends. """
+    if op.name in _AXIS:
+        return ('affine', _AXIS[op.name], op.fill)
+    return ('table',) if op.name in _TABLES else ('blend',)
+
+
+def _enhance_name(op: _Op) -> str:
+    return op.name.removesuffix('Increasing')
+
+
+def _factor(op: _Op, level: torch.Tensor, negate: torch.Tensor) -> torch.Tensor:
+    """ An enhance op's blend factor (timm's `_enhance_level_to_arg`, `_enhance_increasing_level_to_arg`). """
+    fraction = level / _LEVEL_DENOM
+    if op.name.endswith('Increasing'):
+        return (1.0 + _signed(fraction * 0.9, negate)).clamp(min=0.1)
+    return fraction * 1.8 + 0.1
+
+
+def _table(op: _Op, images: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
+    """ A table op's (B, C or 1, 256) tables, from timm's level functions. """
+    name, fraction = op.name, level / _LEVEL_DENOM
+    if name == 'AutoContrast':
+        return ops.autocontrast_table(images)
+    if name == 'Equalize':
+        return ops.equalize_table(images)
+    if name == 'Invert':
+        return ops.invert_table(images.shape[0], images.device)
+    if name.startswith('Posterize'):
+        bits = torch.trunc(fraction * 4)
+        bits = {'Posterize': bits, 'PosterizeIncreasing': 4 - bits, 'PosterizeOriginal': bits + 4}[name]
+        return ops.posterize_table(bits.long())
+    if name in ('Solarize', 'SolarizeIncreasing'):
+        threshold = torch.trunc(fraction * 256).clamp(max=256)
+        return ops.solarize_table(threshold if name == 'Solarize' else 256 - threshold)
+    return ops.solarize_add_table(torch.trunc(fraction * 110).clamp(max=128))
 
 
 def _translate_matrix(pixels: torch.Tensor, axis: int) -> torch.Tensor:
@@ -159,28 +228,12 @@ def _geometry(op: _Op, images: torch.Tensor, level: torch.Tensor, negate: torch.
 def _apply(op: _Op, images: torch.Tensor, level: torch.Tensor, negate: torch.Tensor,
            bicubic: torch.Tensor) -> torch.Tensor:
     """ One op on the images that drew it, with their levels (timm's `LEVEL_TO_ARG`, then `NAME_TO_OP`). """
-    name, fraction = op.name, level / _LEVEL_DENOM
-    if name in ('AutoContrast', 'Equalize', 'Invert'):
-        return {'AutoContrast': ops.autocontrast, 'Equalize': ops.equalize, 'Invert': ops.invert}[name](images)
-    if name in _SIGNED:
-        # a shear or translation along x reads every point on its own row (y along y): the other axis's taps go
-        axis = None if name == 'Rotate' else 'x' if name in ('ShearX', 'TranslateX', 'TranslateXRel') else 'y'
-        return ops.affine(images, _geometry(op, images, level, negate), bicubic, op.fill, axis)
-    if name.startswith('Posterize'):
-        bits = torch.trunc(fraction * 4)
-        bits = {'Posterize': bits, 'PosterizeIncreasing': 4 - bits, 'PosterizeOriginal': bits + 4}[name]
-        return ops.posterize(images, bits.long())
-    if name in ('Solarize', 'SolarizeIncreasing'):
-        threshold = torch.trunc(fraction * 256).clamp(max=256)
-        return ops.solarize(images, threshold if name == 'Solarize' else 256 - threshold)
-    if name == 'SolarizeAdd':
-        return ops.solarize_add(images, torch.trunc(fraction * 110).clamp(max=128))
-    enhance = _ENHANCE[name.removesuffix('Increasing')]
-    if name.endswith('Increasing'):
-        factor = (1.0 + _signed(fraction * 0.9, negate)).clamp(min=0.1)
-    else:
-        factor = fraction * 1.8 + 0.1
-    return enhance(images, factor)
+    kind = _kind(op)
+    if kind[0] == 'affine':
+        return ops.affine(images, _geometry(op, images, level, negate), bicubic, op.fill, kind[1])
+    if kind[0] == 'table':
+        return ops.apply_lut(images, _table(op, images, level))
+    return ops.blend(_DEGENERATE[_enhance_name(op)](images), images, _factor(op, level, negate))
 
 
 def fill_colour(mean: Sequence[float]) -> Tuple[int, ...]:

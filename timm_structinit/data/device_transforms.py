@@ -117,12 +117,11 @@ class DeviceTrainTransform:
         B, device = images.shape[0], images.device
         x = images.float()
         boxes = rrc_boxes(B, x.shape[-2], x.shape[-1], self.scale, self.ratio, generator, device)
-        x = ops.resized_crop(x, boxes, self.size, self._bicubic(B, generator, device))
+        bicubic = self._bicubic(B, generator, device)
         flips = torch.rand(B, 2, generator=generator, device=device)
-        if self.hflip > 0:
-            x = ops.hflip(x, flips[:, 0] < self.hflip)
-        if self.vflip > 0:
-            x = ops.vflip(x, flips[:, 1] < self.vflip)
+        # the flips that follow the crop in timm's transform, done by the resize itself
+        x = ops.resized_crop(x, boxes, self.size, bicubic, hflip=flips[:, 0] < self.hflip if self.hflip > 0 else None,
+                             vflip=flips[:, 1] < self.vflip if self.vflip > 0 else None)
         if self.rand_augment is not None:
             x = self.rand_augment(x, generator)
         elif self.color_jitter > 0:

@@ -30,7 +30,7 @@ from .impulse import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
 from .mimetic import MimeticCfg, check_mimetic_model, mimetic_init_
 from .mixer import MixerImpulseCfg, mixer_impulse_init_, token_mixing_blocks
 from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window_attentions
-from .threads import one_thread
+from .threads import on_one_thread
 from ..utils.seeds import check_seed
 
 __all__ = ['StructInit', 'FamilyInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init',
@@ -268,8 +268,7 @@ def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = 
                 model.weight_init_mode = 'reset'
         record = {'method': name, 'seed': int(seed), 'weight_init': 'reset' if reset_rest else rest_init_of(model),
                   'cfg': dataclasses.asdict(cfg)}
-        with one_thread():
-            record.update(apply(cfg, generator))
+        record.update(on_one_thread(apply, cfg, generator))
     except BaseException:
         _restore(model, backup)
         raise
