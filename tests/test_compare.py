@@ -152,6 +152,33 @@ def test_bad_inputs_are_one_line_before_any_training(tmp_path, capsys, argv, wor
     assert not (tmp_path / 'cmp' / 'runs').exists()
 
 
+def test_the_time_limit_counts_each_runs_start_up(tmp_path, capsys, monkeypatch):
+    """ Each run is a process of its own: what it takes to start counts against --time-limit, beside its steps. """
+    from timm_structinit.compare import session
+    monkeypatch.setattr(session, 'startup_seconds', lambda: 900.0)
+    code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--time-limit', '600'], capsys)
+    assert code == 2 and err.count('\n') == 1 and 'no run would fit' in err and '(900 s to start, then' in err, err
+
+
+def test_the_time_limit_is_checked_on_the_model_the_runs_train(tmp_path, capsys, monkeypatch):
+    """ A recipe that sizes the model (the digits recipe: width 64, depth 4 on 16 px): the estimate, the last model
+    compare builds before its refusal, times that size, not the base model's default. """
+    import timm
+    from timm_structinit.compare import session
+    built = []
+    create_model = timm.create_model
+
+    def recording(name, *args, **kwargs):
+        built.append((name, kwargs.get('embed_dim'), kwargs.get('img_size')))
+        return create_model(name, *args, **kwargs)
+    monkeypatch.setattr(timm, 'create_model', recording)
+    monkeypatch.setattr(session, 'startup_seconds', lambda: 900.0)
+    code, stdout, err = _compare(['--out', tmp_path / 'cmp', '-c', 'digits', '--device', 'cpu',
+                                  '--time-limit', '600'], capsys)
+    assert code == 2 and 'no run would fit' in err, err
+    assert built[-1] == ('vit_tiny_patch2_32_gap_sincos', 64, 16), built
+
+
 def test_a_dataset_of_one_class_is_refused(tmp_path, capsys):
     from PIL import Image
     for split in ('train', 'test'):

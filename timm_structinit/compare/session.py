@@ -33,16 +33,29 @@ def device_record(device: str) -> Dict[str, Any]:
     return dict(device=name, torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
 
 
-def estimate_run_seconds(plan: Plan, train_args: argparse.Namespace, images: Tuple[int, int]) -> float:
-    """ A run's seconds, from three training steps of the first arm's model on a synthetic batch on the device (the
-    data path and the evaluations counted at the step's rate): what `--time-limit` is checked against. """
+def startup_seconds() -> float:
+    """ What a run's process takes before its first step begins to count: a fresh interpreter importing the training
+    command (torch and timm with it), timed once. """
+    import subprocess
+    start = time.perf_counter()
+    subprocess.run([sys.executable, '-c', 'import timm_structinit.train'], capture_output=True, timeout=600)
+    return time.perf_counter() - start
+
+
+def estimate_run_seconds(plan: Plan, train_args: argparse.Namespace, images: Tuple[int, int]) -> Tuple[float, float]:
+    """ A run's seconds and, of them, its process's start-up: the start-up timed (`startup_seconds`), the training
+    from three steps of the first arm's model on a synthetic batch on the device (the data path and the evaluations
+    counted at the step's rate). What `--time-limit` is checked against. """
     import timm
     import torch
+    from ..train.inputs import model_factory_kwargs
     device = torch.device(train_args.device)
-    model = timm.create_model(plan.model, num_classes=train_args.num_classes or 10, **plan.model_kwargs).to(device)
+    # the model as the run builds it: the recipe's model arguments are merged into the arm's by then
+    kwargs = {'num_classes': 10, **model_factory_kwargs(train_args)}
+    model = timm.create_model(train_args.model, **kwargs).to(device)
     optimizer = torch.optim.AdamW(model.parameters())
     size = getattr(model.patch_embed, 'img_size', (32, 32)) if hasattr(model, 'patch_embed') else (32, 32)
-    x = torch.randn(train_args.batch_size, 3, *size, device=device)
+    x = torch.randn(train_args.batch_size, kwargs.get('in_chans', 3), *size, device=device)
     y = torch.randint(0, 2, (train_args.batch_size,), device=device)
     times = []
     for _ in range(3):
@@ -57,7 +70,8 @@ def estimate_run_seconds(plan: Plan, train_args: argparse.Namespace, images: Tup
     rate = train_args.batch_size / min(times[1:])
     epochs = train_args.epochs + train_args.cooldown_epochs
     evaluations = -(-epochs // train_args.val_interval)
-    return 1.2 * (epochs * images[0] + evaluations * images[1] / 3) / rate  # a forward pass: about a third
+    startup = startup_seconds()
+    return startup + 1.2 * (epochs * images[0] + evaluations * images[1] / 3) / rate, startup  # forward: a third
 
 
 def _finish(plan: Plan, arm_of: Dict[str, Any], device: Dict[str, Any]):
