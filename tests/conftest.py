@@ -68,6 +68,17 @@ def caches_in_the_session_folder(tmp_path_factory):
             os.environ[name] = value
 
 
+@pytest.fixture
+def one_torch_thread():
+    """ Tiny models gain nothing from intra-op threads, and on a busy 2-core machine the threads' barriers make runs
+    erratic (10-20x slower epochs); one thread keeps timings stable. A module that trains in process takes it with
+    `pytestmark = pytest.mark.usefixtures('one_torch_thread')`; subprocesses get OMP_NUM_THREADS=1. """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def thread_count_restored():
     """ A test may set torch's thread count (the determinism tests do); the next one starts with the suite's. """

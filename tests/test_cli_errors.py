@@ -28,12 +28,7 @@ DIGITS = [*TINY, *FAST, '--dataset', 'sklearn/digits', '--train-subset', '20', '
 TRAIN_PROG = 'timm-structinit-train'
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 def image_folder(root: Path, classes=('cat', 'dog'), per_class: int = 2, size=(8, 8)) -> Path:

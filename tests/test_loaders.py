@@ -25,12 +25,7 @@ AUGMENTED = ['--aa', 'rand-m9-mstd0.5-inc1', '--mixup', '0.8', '--cutmix', '1.0'
              '--drop-path', '0.1', '--scale', '0.5', '1.0']
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 def _weights(run: Path):

@@ -33,14 +33,7 @@ FAST = ['--opt', 'adamw', '--lr', '2e-3', '--weight-decay', '0.01', '--warmup-ep
 DIGITS = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--hflip', '0']
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_torch_thread():
-    """ Tiny models gain nothing from intra-op threads, and on a busy 2-core machine the threads' barriers make
-    runs erratic (10-20x slower epochs); one thread keeps timings stable. Subprocesses get OMP_NUM_THREADS=1. """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 def subprocess_env():

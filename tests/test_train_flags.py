@@ -21,12 +21,7 @@ DIGITS = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--hflip', '0', 
           '--lr', '1e-3', '--warmup-epochs', '0', '--log-interval', '1000', '--seed', '3']
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 def _run(argv, capsys):
