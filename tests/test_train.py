@@ -33,7 +33,13 @@ FAST = ['--opt', 'adamw', '--lr', '2e-3', '--weight-decay', '0.01', '--warmup-ep
 DIGITS = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--hflip', '0']
 
 
-pytestmark = pytest.mark.usefixtures('one_torch_thread')
+@pytest.fixture(scope='module', autouse=True)
+def one_torch_thread():
+    """ conftest's `one_torch_thread` for the whole module: the module-scoped reference run trains under it too. """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def subprocess_env():
