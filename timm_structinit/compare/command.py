@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         return report_only(out)
     plan, train_args, images = _plan(args, out)
-    estimate, startup = estimate_run_seconds(plan, train_args, images) if args.time_limit else (None, 0.0)
+    estimate, startup = estimate_run_seconds(train_args, images) if args.time_limit else (None, 0.0)
     if estimate is not None and estimate > args.time_limit:
         raise ConfigError(f'--time-limit {args.time_limit:g}: a run takes about {estimate:.0f} s here ({startup:.0f} s '
                           f'to start, then {images[0]} training images, {train_args.epochs} epochs), so no run would '

@@ -42,10 +42,10 @@ def startup_seconds() -> float:
     return time.perf_counter() - start
 
 
-def estimate_run_seconds(plan: Plan, train_args: argparse.Namespace, images: Tuple[int, int]) -> Tuple[float, float]:
+def estimate_run_seconds(train_args: argparse.Namespace, images: Tuple[int, int]) -> Tuple[float, float]:
     """ A run's seconds and, of them, its process's start-up: the start-up timed (`startup_seconds`), the training
-    from three steps of the first arm's model on a synthetic batch on the device (the data path and the evaluations
-    counted at the step's rate). What `--time-limit` is checked against. """
+    from three steps of the model `train_args` builds (the first arm's run) on a synthetic batch on the device (the
+    data path and the evaluations counted at the step's rate). What `--time-limit` is checked against. """
     import timm
     import torch
     from ..train.inputs import model_factory_kwargs

@@ -103,7 +103,7 @@ def resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: Tuple[int, int
 
 def _mirrored(weights: torch.Tensor, flipped: Optional[torch.Tensor]) -> torch.Tensor:
     """ (B, out, in) resampling weights with the output pixels of the `flipped` images in reverse order. """
-    if flipped is None or not bool(flipped.any()):
+    if flipped is None:
         return weights
     return torch.where(flipped[:, None, None], weights.flip(1), weights)
 
