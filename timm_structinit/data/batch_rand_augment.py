@@ -20,7 +20,7 @@ from timm.data.auto_augment import rand_augment_transform
 
 from . import batch_ops as ops
 
-__all__ = ['BatchRandAugment', 'SUPPORTED_OPS']
+__all__ = ['BatchRandAugment', 'SUPPORTED_OPS', 'GEOMETRIC_OPS']
 
 _LEVEL_DENOM = 10.0  # timm's magnitude scale: level / 10 is the op's fraction of its range
 # the ops of timm's rand sets (`_RAND_TRANSFORMS`, `_RAND_INCREASING_TRANSFORMS`, the `tweights` set) and the two
@@ -70,6 +70,7 @@ class BatchRandAugment:
         self.num_layers = int(policy.num_layers)
         self.choice_weights = None if policy.choice_weights is None else torch.as_tensor(
             policy.choice_weights, dtype=torch.float64)
+        self._tables: Dict[str, Dict[str, torch.Tensor]] = {}
 
     def choose(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
         """ (batch, num_layers) op indices: uniform with replacement, or by the weights without replacement. """
@@ -78,26 +79,43 @@ class BatchRandAugment:
         weights = self.choice_weights.to(device).expand(batch, -1)
         return torch.multinomial(weights, self.num_layers, replacement=False, generator=generator)
 
+    def _policy_table(self, device: torch.device) -> Dict[str, torch.Tensor]:
+        """ Each op's probability, magnitude law and filter as tensors on `device` (indexed by op), made once per
+        device: a layer's draws are then a few batch operations, whichever ops its images chose. """
+        key = str(device)
+        if key not in self._tables:
+            def column(values, dtype=torch.float64):
+                return torch.tensor(values, dtype=dtype, device=device)
+            self._tables[key] = dict(
+                prob=column([op.prob for op in self.ops]),
+                magnitude=column([op.magnitude for op in self.ops]),
+                std=column([op.magnitude_std for op in self.ops]),
+                magnitude_max=column([op.magnitude_max for op in self.ops]),
+                # -1: bilinear or bicubic at random; 0: bilinear; 1: bicubic
+                filter=column([-1 if op.bicubic is None else int(op.bicubic) for op in self.ops], torch.long))
+        return self._tables[key]
+
     def draw(self, batch: int, generator: torch.Generator, device: torch.device) -> List[Dict[str, torch.Tensor]]:
         """ Per layer, what each image drew: `op` (index into `ops`), `applied`, `level` (the clipped magnitude),
         `negate` (the level function's sign) and `bicubic` (the resampling filter). Every draw is made for every
         image, whichever op it chose, so that each image's randomness is its own. """
         chosen = self.choose(batch, generator, device)
+        policy = self._policy_table(device)
         layers = []
         for layer in range(self.num_layers):
             draws = torch.rand(batch, 4, generator=generator, device=device, dtype=torch.float64)
             gauss = torch.randn(batch, generator=generator, device=device, dtype=torch.float64)
-            prob = torch.tensor([op.prob for op in self.ops], dtype=torch.float64, device=device)[chosen[:, layer]]
-            level = torch.zeros(batch, dtype=torch.float64, device=device)
-            bicubic = draws[:, 3] < 0.5
-            for index in chosen[:, layer].unique().tolist():
-                op, rows = self.ops[index], chosen[:, layer] == index
-                level = torch.where(rows, self._magnitude(op, draws[:, 1], gauss), level)
-                if op.bicubic is not None:
-                    bicubic = torch.where(rows, torch.full_like(bicubic, op.bicubic), bicubic)
+            op = chosen[:, layer]
+            prob, magnitude, std = policy['prob'][op], policy['magnitude'][op], policy['std'][op]
+            # AugmentOp's magnitude: N(m, std), or uniform on [0, m] for an infinite std, clipped to [0, mmax]
+            level = torch.where(std == math.inf, draws[:, 1] * magnitude,
+                                torch.where(std > 0, magnitude + std * gauss, magnitude))
+            level = level.clamp(min=0.0).minimum(policy['magnitude_max'][op])
+            fixed = policy['filter'][op]
+            bicubic = torch.where(fixed >= 0, fixed == 1, draws[:, 3] < 0.5)
             # timm skips an op when random() > prob
-            layers.append(dict(op=chosen[:, layer], applied=~(draws[:, 0] > prob), level=level,
-                               negate=draws[:, 2] > 0.5, bicubic=bicubic))
+            layers.append(dict(op=op, applied=~(draws[:, 0] > prob), level=level, negate=draws[:, 2] > 0.5,
+                               bicubic=bicubic))
         return layers
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -132,17 +150,6 @@ class BatchRandAugment:
                 factors = torch.cat([_factor(op, level[p], negate[p]) for (op, _), p in zip(members, parts)])
                 images[rows] = ops.blend(degenerate, x, factors)
 
-    @staticmethod
-    def _magnitude(op: _Op, uniform: torch.Tensor, gauss: torch.Tensor) -> torch.Tensor:
-        """ AugmentOp's magnitude: N(m, std), or uniform on [0, m] for an infinite std, clipped to [0, mmax]. """
-        if op.magnitude_std == math.inf:
-            magnitude = uniform * op.magnitude
-        elif op.magnitude_std > 0:
-            magnitude = op.magnitude + op.magnitude_std * gauss
-        else:
-            magnitude = torch.full_like(uniform, op.magnitude)
-        return magnitude.clamp(0.0, op.magnitude_max)
-
 
 def _signed(value: torch.Tensor, negate: torch.Tensor) -> torch.Tensor:
     return torch.where(negate, -value, value)
@@ -151,6 +158,8 @@ def _signed(value: torch.Tensor, negate: torch.Tensor) -> torch.Tensor:
 # a geometric op's sampling axis: a shear or translation along x reads every point on its own row (y: column)
 _AXIS = {'Rotate': None, 'ShearX': 'x', 'TranslateX': 'x', 'TranslateXRel': 'x', 'ShearY': 'y', 'TranslateY': 'y',
          'TranslateYRel': 'y'}
+# the ops that resample the image (an affine map), the rest change its values only
+GEOMETRIC_OPS = tuple(_AXIS)
 _TABLES = ('AutoContrast', 'Equalize', 'Invert', 'Posterize', 'PosterizeIncreasing', 'PosterizeOriginal', 'Solarize',
            'SolarizeIncreasing', 'SolarizeAdd')
 # an enhance op's degenerate image (ImageEnhance), which its factor blends with the image
