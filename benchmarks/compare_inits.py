@@ -729,11 +729,17 @@ def main(argv=None) -> None:
             if unfinished:
                 sys.exit(f'not finished: {", ".join(unfinished)} (their logs are in {runs_dir})')
             deadline = time.monotonic() + args.time_limit if args.time_limit else None
-            for setup, setup_runs in gpu_runs.items():
-                unfinished = train_runs(setup_runs, args.data_dir, runs_dir,
-                                        args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
-                if unfinished:
-                    print(f'[{setup}] not finished: {", ".join(unfinished)}', flush=True)
+            try:
+                for setup, setup_runs in gpu_runs.items():
+                    unfinished = train_runs(setup_runs, args.data_dir, runs_dir,
+                                            args.concurrent or GPU_SETUPS[setup].concurrent, deadline, extra)
+                    if unfinished:
+                        print(f'[{setup}] not finished: {", ".join(unfinished)}', flush=True)
+            except KeyboardInterrupt as e:  # Ctrl-C, or the hard stop of benchmarks/gpu/compare_inits.sh
+                outcome = getattr(e, 'outcome', None)
+                stopped = outcome.stopped + outcome.not_started if outcome is not None else []
+                print(f'[interrupted] the runs under way are stopped{": " + ", ".join(stopped) if stopped else ""}; '
+                      'the finished ones are kept and reported', flush=True)
     runs_dir.mkdir(parents=True, exist_ok=True)
     report(args.out_dir)
 

@@ -247,6 +247,20 @@ def test_runner_stops_the_runs_under_way_at_the_deadline(tmp_path):
     assert sorted(outcome.stopped) == ['a_s0', 'b_s0'] and time.monotonic() - start < 20
 
 
+def test_runner_interrupted_while_finishing_a_run_counts_it_stopped(tmp_path):
+    """ Ctrl-C during a run's finish (its final evaluation, a process of its own) stops the other runs and names the
+    one being finished among the stopped: it is not finished, and a later call takes it up again. """
+    from timm_structinit.compare.runner import run_all
+
+    def interrupted(spec, seconds, resumed):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_all([*_sleeping_specs(tmp_path, 0.1, ['quick_s0']), *_sleeping_specs(tmp_path, 60, ['slow_s0'])],
+                interrupted, 2, show=lambda line: None, poll=0.05)
+    outcome = caught.value.outcome
+    assert sorted(outcome.stopped) == ['quick_s0', 'slow_s0'] and not outcome.finished
+
+
 def test_runner_reports_a_failed_run_in_one_line_and_goes_on(tmp_path):
     from timm_structinit.compare.runner import RunSpec, run_all
     failing = RunSpec('bad_s0', [sys.executable, '-c', 'print("timm-structinit-train: error: --lr -1 must be > 0");'

@@ -86,7 +86,7 @@ def test_one_thread_work_computes_as_the_caller_would():
 
     def probe():
         seen.update(grad=torch.is_grad_enabled(), threads=torch.get_num_threads(),
-                    thread=threading.get_ident(), caller_threads=init_threads._caller_threads)
+                    thread=threading.get_ident(), caller_threads=init_threads._caller_threads())
         return 'result'
     torch.set_num_threads(2)
     with torch.no_grad():
@@ -151,3 +151,35 @@ def test_an_init_interrupted_by_a_signal_leaves_the_model_as_it_was(monkeypatch)
     assert written
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert getattr(model, 'struct_init_record', None) is None
+
+
+def test_inits_on_two_threads_each_keep_their_callers_thread_count():
+    """ Two inits at once, from two threads of one process, the first ending while the second runs: the second still
+    spreads its tasks over its caller's threads (it had been left with none, its tasks all on its helper thread). """
+    first_inside, second_inside = threading.Event(), threading.Event()
+
+    def first_init():
+        first_inside.set()
+        second_inside.wait(10)
+
+    def first_caller():
+        torch.set_num_threads(2)
+        init_threads.on_one_thread(first_init)
+
+    first = threading.Thread(target=first_caller)
+    first.start()
+    assert first_inside.wait(10)
+
+    def second_init():
+        second_inside.set()
+        first.join(10)  # the first init has ended
+        return init_threads.parallel_tasks(lambda _: threading.current_thread().name, range(4))
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        names = init_threads.on_one_thread(second_init)
+    finally:
+        torch.set_num_threads(threads)
+    assert not first.is_alive()
+    assert 'timm_structinit-init' not in names, names  # on the pool's threads, as a 2-thread caller's tasks run

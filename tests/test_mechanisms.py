@@ -22,23 +22,15 @@ import timm_structinit
 from timm_structinit import cli, train as train_mod
 from timm_structinit.data import DataError, build_dataset, folder_dataset
 from timm_structinit.train import output as output_mod
-from train_command import lock_is_free, one_line, run_main
+from train_command import ENV, TINY, TINY_KWARGS, lock_is_free, one_line, run_main, two_class_folder
+from train_command import FAST as FAST_OPTIONS
 
-TINY_KWARGS = ['embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8']
-TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', *TINY_KWARGS]
-FAST = ['--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '8',
-        '--log-interval', '1000', '--epochs', '1']
+FAST = [*FAST_OPTIONS, '--epochs', '1']
 DIGITS = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--train-subset', '24', '--val-subset', '12']
-ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
 
 
 def folder(root: Path, per_class: int = 3) -> Path:
-    for split in ('train', 'test'):
-        for c, cls in enumerate(('cat', 'dog')):
-            (root / split / cls).mkdir(parents=True, exist_ok=True)
-            for i in range(per_class):
-                Image.new('RGB', (8, 8), (40 * i, 80 + 60 * c, 120)).save(root / split / cls / f'{i}.png')
-    return root
+    return two_class_folder(root, per_class, 8)
 
 
 def refused(argv, capsys, status, *named) -> str:

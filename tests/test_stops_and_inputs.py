@@ -19,22 +19,11 @@ import timm_structinit
 from timm_structinit import cli
 from timm_structinit import train as train_mod
 from timm_structinit.data import folder_dataset
-from train_command import lock_is_free
-
-TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
-        'patch_size=8']
-FAST = ['--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '8',
-        '--log-interval', '1000']
-ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+from train_command import ENV, FAST, TINY, lock_is_free, two_class_folder
 
 
 def _folder(root: Path, per_class: int = 4, fmt: str = 'png') -> Path:
-    for split in ('train', 'test'):
-        for c, cls in enumerate(('cat', 'dog')):
-            (root / split / cls).mkdir(parents=True, exist_ok=True)
-            for i in range(per_class):
-                Image.new('RGB', (32, 32), (40 * i, 80 + 60 * c, 120)).save(root / split / cls / f'{i}.{fmt}')
-    return root
+    return two_class_folder(root, per_class, 32, fmt)
 
 
 def _train_cmd(data: Path, out: Path, *extra) -> list:

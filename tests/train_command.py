@@ -1,7 +1,30 @@
-""" The training command run in-process by the tests, its one error line, and whether a run folder's lock is free. """
+""" The training command run in-process by the tests, its one error line, whether a run folder's lock is free, and
+the tiny model, options and image folder that the tests of the command's mechanisms train with. """
+import os
+from pathlib import Path
+
 from filelock import FileLock, Timeout
+from PIL import Image
 
 from timm_structinit import train as train_mod
+
+
+# a model of a few thousand weights, and options that train it in a second on a CPU
+TINY_KWARGS = ['embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8']
+TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', *TINY_KWARGS]
+FAST = ['--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '8',
+        '--log-interval', '1000']
+ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')  # for the command in a child process
+
+
+def two_class_folder(root: Path, per_class: int, size: int, fmt: str = 'png') -> Path:
+    """ An image folder of `train/` and `test/`, classes cat and dog, `per_class` plain images of `size` px each. """
+    for split in ('train', 'test'):
+        for c, cls in enumerate(('cat', 'dog')):
+            (root / split / cls).mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                Image.new('RGB', (size, size), (40 * i, 80 + 60 * c, 120)).save(root / split / cls / f'{i}.{fmt}')
+    return root
 
 
 def run_main(argv, capsys):

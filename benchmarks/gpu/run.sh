@@ -5,7 +5,8 @@
 #
 #   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh speed         # ~4 min: where a training run's time goes, device
 #                                                            #   loader against timm's; the model's own step
-#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh setup-2024    # ~8 min: the 2024 setup, 3 inits x 2 seeds
+#   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh setup-2024    # ~8 min: the 2024 setup, 3 inits x 2 seeds, through
+#                                                            #   the device loader (LOADER=timm: timm's loader)
 #   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh setup-2025    # ~9 min: the 2025 setup's seed 0
 #   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh cuda-tests    # ~5 min: tests/test_cuda.py
 #   OUT=/tmp/gpu-out bash benchmarks/gpu/run.sh suite         # ~5 min: the suite with the GPU hidden
@@ -34,6 +35,7 @@ PY=${PYTHON:-python3}
 CARRY=${CARRY:-.gpu-carry}
 PACK=${PACK:-.gpu-data/cifar10.tar.gz}
 QUICK=${QUICK:-0}
+LOADER=${LOADER:-device}
 BUDGET_S=${BUDGET_S:-540}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -109,10 +111,18 @@ speed() {
 }
 
 setup() {  # setup-2024 | setup-2025 through benchmarks/gpu/compare_inits.sh, results under $OUT/<stage>
-    local year=${1#setup-} extra=()
-    [ "$QUICK" = 1 ] && extra=(--train-flags "--epochs 1 --train-subset 256 --val-subset 128 --model-kwargs depth=1")
+    # the runs read their images through the device loader (LOADER=timm: through timm's workers instead)
+    local year=${1#setup-} flags="--loader $LOADER" extra=() results=${RESULTS:-benchmarks/results/compare_inits}
+    if [ "$QUICK" = 1 ]; then
+        # a rehearsal: tiny runs (on the CPU where there is no GPU), into a scratch folder, not the committed results
+        flags+=" --epochs 1 --train-subset 256 --val-subset 128 --batch-size 64 --model-kwargs depth=1"
+        [ "$DEVICE" = cpu ] && flags+=" --device cpu"
+        results=$WORK/compare_inits
+    fi
+    extra=(--train-flags "$flags")
     [ "$year" = 2025 ] && extra+=(--only gpu2025_default_s0 gpu2025_mimetic_s0 gpu2025_impulse_s0)
-    OUT="$OUT/$1" TIME_LIMIT=$(( $(left 90) - 60 )) bash benchmarks/gpu/compare_inits.sh "$year" "${extra[@]}"
+    OUT="$OUT/$1" RESULTS=$results TIME_LIMIT=$(( $(left 90) - 60 )) bash benchmarks/gpu/compare_inits.sh "$year" \
+        "${extra[@]}"
 }
 
 tests() {  # cuda-tests | suite: within the stage's time, the tests not started by then skipped (pytest_deadline.py)

@@ -184,6 +184,7 @@ def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict]
         if is_done(spec.result_folder):
             outcome.finished[spec.name] = json.loads((spec.result_folder / RESULT_FILE).read_text())
     total, active, longest, last_shown = len(specs), [], estimate or 0.0, time.monotonic()
+    finishing: Optional[_Active] = None
     try:
         while pending or active:
             while pending and len(active) < concurrent:
@@ -200,7 +201,9 @@ def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict]
                 show(f'[{"resume" if active[-1].resumed else "start"}] {spec.name}')
             for a in [a for a in active if a.process.poll() is not None]:
                 active.remove(a)
+                finishing = a
                 _finish(a, finish, outcome, show)
+                finishing = None
                 if a.spec.name in outcome.finished:
                     longest = max(longest, outcome.finished[a.spec.name]['seconds'])
             if deadline is not None and time.monotonic() > deadline and active:
@@ -213,6 +216,8 @@ def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict]
                 last_shown = time.monotonic()
             time.sleep(poll)
     except KeyboardInterrupt as e:
+        if finishing is not None:  # interrupted in its final evaluation: not finished, a later call takes it up
+            outcome.stopped.append(finishing.spec.name)
         _stop(active, outcome)
         outcome.not_started += [s.name for s in pending]
         e.outcome = outcome

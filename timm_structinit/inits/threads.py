@@ -23,7 +23,9 @@ __all__ = ['on_one_thread', 'one_thread', 'denormals_flushed', 'parallel_tasks',
 T = TypeVar('T')
 R = TypeVar('R')
 
-_caller_threads = 0  # the thread count outside `one_thread`, 0 outside it
+# the thread count outside `one_thread` (0 outside it), of each thread: inits on two threads of one process are two
+# callers, each with its own count
+_caller = threading.local()
 _pools: Dict[int, ThreadPoolExecutor] = {}  # kept between the calls of one init: a solver maps its tasks every step
 _pools_lock = threading.Lock()
 _pool_users = 0  # the `_pools_kept` scopes open now; the last one to end shuts the pools down
@@ -35,15 +37,18 @@ _on_helper = threading.local()  # set on the helper thread of `on_one_thread`
 def one_thread() -> Iterator[None]:
     """ Run the enclosed torch CPU work on one thread (restoring the caller's count), for thread-count-independent
     results. `parallel_tasks` may still spread independent pieces over the caller's threads. """
-    global _caller_threads
-    threads, outer = torch.get_num_threads(), _caller_threads
-    _caller_threads = outer or threads
+    threads, outer = torch.get_num_threads(), _caller_threads()
+    _caller.threads = outer or threads
     torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
-        _caller_threads = outer
+        _caller.threads = outer
+
+
+def _caller_threads() -> int:
+    return getattr(_caller, 'threads', 0)
 
 
 def on_one_thread(fn: Callable[..., R], *args, **kwargs) -> R:
@@ -145,7 +150,7 @@ def parallel_tasks(fn: Callable[[T], R], tasks: Sequence[T]) -> List[R]:
     if not getattr(_on_helper, 'active', False) and not getattr(_in_worker, 'active', False):
         return on_one_thread(parallel_tasks, fn, tasks)
     with one_thread(), _pools_kept():
-        workers = min(_caller_threads, len(tasks))
+        workers = min(_caller_threads(), len(tasks))
         if workers > 1 and not getattr(_in_worker, 'active', False):
             flush = _flushing_denormals()
 
