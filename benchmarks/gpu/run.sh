@@ -121,8 +121,11 @@ setup() {  # setup-2024 | setup-2025 through benchmarks/gpu/compare_inits.sh, re
     fi
     extra=(--train-flags "$flags")
     [ "$year" = 2025 ] && extra+=(--only gpu2025_default_s0 gpu2025_mimetic_s0 gpu2025_impulse_s0)
-    OUT="$OUT/$1" RESULTS=$results TIME_LIMIT=$(( $(left 90) - 60 )) bash benchmarks/gpu/compare_inits.sh "$year" \
-        "${extra[@]}"
+    # the timm wheel for a machine whose timm is older: prepare.sh's copy in $CARRY, else pack_cifar10.py --wheels's
+    local wheels=${WHEELS:-}
+    [ -z "$wheels" ] && compgen -G "$CARRY/wheels/timm-*.whl" > /dev/null && wheels=$CARRY/wheels
+    OUT="$OUT/$1" RESULTS=$results WHEELS=${wheels:-.gpu-data/wheels} TIME_LIMIT=$(( $(left 90) - 60 )) \
+        bash benchmarks/gpu/compare_inits.sh "$year" "${extra[@]}"
 }
 
 tests() {  # cuda-tests | suite: within the stage's time, the tests not started by then skipped (pytest_deadline.py)
