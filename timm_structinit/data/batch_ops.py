@@ -149,8 +149,11 @@ def affine(images: torch.Tensor, matrices: torch.Tensor, bicubic: torch.Tensor, 
     center = ((y0.clamp(-1, H - 1) + 2) * stride + x0.clamp(-1, W - 1) + 2).long().reshape(B, 1, H * W)
 
     values = torch.empty(B, C, H, W, dtype=torch.float64, device=device)
-    for cubic in (False, True):  # each image sampled with its own filter only
-        rows = (bicubic == cubic).nonzero().squeeze(1)
+    # each image sampled with its own filter only: the bilinear images, then the bicubic ones, each in ascending
+    # order, with one wait for the device's count (rather than a `nonzero` per filter)
+    order = torch.sort(bicubic.to(torch.uint8), stable=True).indices
+    cubic_count = int(bicubic.sum())
+    for cubic, rows in ((False, order[:B - cubic_count]), (True, order[B - cubic_count:])):
         if rows.numel() == B:
             values = _sample(padded, center, stride, dx, dy, axis, cubic, (H, W))
         elif rows.numel():
