@@ -271,6 +271,43 @@ def test_recipe_by_name_shrunk(image_folder, tmp_path):
     assert float(row['train_loss']) > 0
 
 
+def test_device_loader_trains_on_the_gpu(image_folder, tmp_path):
+    """ --loader device on CUDA: the images decoded once onto the GPU, RandAugment, mixup and random erasing there,
+    under AMP, with EMA; two epochs, the evaluation included. """
+    _train([*TINY_VIT, *FAST, *_data(image_folder), '--device', 'cuda', '--loader', 'device', '--amp',
+            '--amp-dtype', 'bfloat16', '--aa', 'rand-m9-mstd0.5-inc1', '--mixup', '0.8', '--cutmix', '1.0',
+            '--reprob', '0.25', '--model-ema', '--epochs', 2, '--output', tmp_path, '--experiment', 'run'])
+    rows = _summary(tmp_path / 'run')
+    assert [r['epoch'] for r in rows] == ['0', '1'] and 'eval_ema_top1' in rows[0]
+    assert all(math.isfinite(float(r['train_loss'])) for r in rows)
+
+
+def test_device_transform_waits_for_the_gpu_a_few_times_a_batch():
+    """ The device transform of the 2024 recipe (RandomResizedCrop, flips, rand-m9-mstd0.5-inc1, random erasing)
+    waits for the GPU a bounded number of times per batch: counted in the code, one count per RandAugment layer, one
+    per affine kind and filter split, one for a rotation's matrices, and the small host-to-device copies of
+    constants (fill colours, the crop fallback), about 20 in all. A wait per op drawn (what the grouping by op did
+    with a `nonzero` per op) gives over 50. Each wait stops the host from queueing the step's kernels ahead. """
+    import warnings
+    from timm_structinit.data.device_transforms import DeviceTrainTransform
+    transform = DeviceTrainTransform((3, 32, 32), (0.08, 1.0), (3 / 4, 4 / 3), 0.5, 0.0, 0.4,
+                                     'rand-m9-mstd0.5-inc1', 'random', (0.49, 0.48, 0.45), (0.25, 0.24, 0.26),
+                                     re_prob=0.25, device=torch.device('cuda'))
+    generator = torch.Generator(device='cuda').manual_seed(0)
+    images = torch.randint(0, 256, (512, 3, 32, 32), dtype=torch.uint8, device='cuda')
+    transform(images, generator)  # the policy's tables and the resize weights made once, before counting
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        torch.cuda.set_sync_debug_mode('warn')
+        try:
+            transform(images, generator)
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+    waits = [w for w in caught if 'synchroniz' in str(w.message)]
+    assert len(waits) <= 32, f'{len(waits)} waits for the GPU in one batch'
+
+
 def test_cuda_checkpoint_resumes_on_cpu_and_back(image_folder, tmp_path):
     common = [*TINY_VIT, *FAST, *_data(image_folder)]
     _train([*common, '--device', 'cuda', '--epochs', 1, '--output', tmp_path, '--experiment', 'run'])
