@@ -46,7 +46,9 @@ def _selected() -> list:
 def test_timms_model_tests_pass_on_the_package_models(tmp_path):
     models = _selected()
     report = tmp_path / 'report.xml'
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')])))
+    # one thread: the child shares the machine with the suite's other worker process
+    env = dict(os.environ, OMP_NUM_THREADS='1',
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')])))
     argv = [sys.executable, '-m', 'pytest', str(TIMM_TESTS), '-p', 'timm_structinit', '-p', 'no:cacheprovider',
             '--rootdir', str(tmp_path), '-q', '-rfE', '-k', ' or '.join(models), '--junitxml', str(report),
             '-W', 'ignore::pytest.PytestUnknownMarkWarning']
