@@ -286,3 +286,12 @@ def test_a_layer_applies_each_op_as_the_op_alone_does(images, config):
                 alone[rows] = _apply(augment.ops[index], alone[rows], layer['level'][rows], layer['negate'][rows],
                                      layer['bicubic'][rows])
     assert torch.equal(grouped, alone)
+
+
+def test_rows_by_group_are_each_groups_indices_in_order():
+    groups = torch.randint(0, 5, (300,), generator=torch.Generator().manual_seed(2))
+    groups[groups == 3] = 1  # an empty group
+    rows = ops.rows_by_group(groups, 5)
+    assert len(rows) == 5
+    for group, got in enumerate(rows):
+        assert torch.equal(got, (groups == group).nonzero().squeeze(1))

@@ -14,18 +14,27 @@ with other filters.
 """
 import functools
 import math
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ['resized_crop', 'affine', 'rotation_matrices', 'grayscale', 'grey', 'mean_grey', 'blend',
+__all__ = ['rows_by_group', 'resized_crop', 'affine', 'rotation_matrices', 'grayscale', 'grey', 'mean_grey', 'blend',
            'smooth',
            'brightness', 'contrast', 'color', 'sharpness', 'apply_lut', 'autocontrast', 'equalize', 'posterize',
            'solarize', 'solarize_add', 'invert', 'autocontrast_table', 'equalize_table', 'posterize_table',
            'solarize_table', 'solarize_add_table', 'invert_table']
 
 _PRECISION_BITS = 22  # Resample.c: 32 - 8 - 2 bits for the weights of an 8-bit image
+
+
+def rows_by_group(groups: torch.Tensor, count: int) -> List[torch.Tensor]:
+    """ For each group 0 .. count - 1, the indices of the `groups` ((B,) integers in that range) that are in it, in
+    ascending order: from one stable sort and one count, so with one wait for the device's results (a `nonzero` per
+    group waits once each, and on a GPU every wait stops the host from queueing work ahead). """
+    order = torch.sort(groups, stable=True).indices
+    sizes = (groups == torch.arange(count, device=groups.device)[:, None]).sum(1).tolist()
+    return list(order.split(sizes))
 
 
 def _resample_weights(in_size: int, start: torch.Tensor, length: torch.Tensor, out_size: int,
@@ -149,11 +158,8 @@ def affine(images: torch.Tensor, matrices: torch.Tensor, bicubic: torch.Tensor, 
     center = ((y0.clamp(-1, H - 1) + 2) * stride + x0.clamp(-1, W - 1) + 2).long().reshape(B, 1, H * W)
 
     values = torch.empty(B, C, H, W, dtype=torch.float64, device=device)
-    # each image sampled with its own filter only: the bilinear images, then the bicubic ones, each in ascending
-    # order, with one wait for the device's count (rather than a `nonzero` per filter)
-    order = torch.sort(bicubic.to(torch.uint8), stable=True).indices
-    cubic_count = int(bicubic.sum())
-    for cubic, rows in ((False, order[:B - cubic_count]), (True, order[B - cubic_count:])):
+    # each image sampled with its own filter only
+    for cubic, rows in zip((False, True), rows_by_group(bicubic.long(), 2)):
         if rows.numel() == B:
             values = _sample(padded, center, stride, dx, dy, axis, cubic, (H, W))
         elif rows.numel():

@@ -128,18 +128,13 @@ class BatchRandAugment:
         parameters (an affine matrix, a table, a blend's degenerate image and factor), so each kind is one pass over
         the images that drew it, whichever ops they drew (fewer, larger batch operations: the cost on a GPU and on
         CPU cores alike is the count of small ones). """
-        # each op's images, in ascending order, from one stable sort and one count per op: a single wait for the
-        # device's results (a `nonzero` per op was a wait each, and on a GPU every wait stops the host queueing work)
-        skipped = len(self.ops)  # the images whose op does not apply: a group of their own, left out
+        # the images that drew each op and apply it (the others a group of their own, left out), in ascending order
+        skipped = len(self.ops)
         key = torch.where(layer['applied'], layer['op'], torch.full_like(layer['op'], skipped))
-        order = torch.sort(key, stable=True).indices
-        # counted by comparison, not torch.bincount: on a GPU that waits once more, for its output's size
-        counts = (key == torch.arange(skipped + 1, device=key.device)[:, None]).sum(1).tolist()
         kinds: Dict[tuple, List[Tuple[_Op, torch.Tensor]]] = {}
-        for index, (start, count) in enumerate(zip(itertools.accumulate(counts, initial=0), counts[:skipped])):
-            if count:
-                op = self.ops[index]
-                kinds.setdefault(_kind(op), []).append((op, order[start:start + count]))
+        for op, rows in zip(self.ops, ops.rows_by_group(key, skipped + 1)):
+            if rows.numel():
+                kinds.setdefault(_kind(op), []).append((op, rows))
         for kind, members in kinds.items():
             rows = torch.cat([r for _, r in members])
             level, negate = layer['level'][rows], layer['negate'][rows]

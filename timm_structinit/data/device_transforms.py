@@ -8,7 +8,6 @@ timm's prefetcher does. `DeviceEvalTransform` is timm's `transforms_imagenet_eva
 crop, normalise. Every random parameter comes from one `torch.Generator` on the batch's device; the arithmetic is
 Pillow's (`batch_ops`). An option these transforms cannot honour is refused by `unsupported_options`, in one line.
 """
-import itertools
 import math
 from typing import Optional, Sequence, Tuple
 
@@ -139,14 +138,9 @@ class DeviceTrainTransform:
         factors = _uniform(generator, (B, 3), max(0.0, 1 - j), 1 + j, device)
         order = torch.rand(B, 3, generator=generator, device=device).argsort(1)
         for step in range(3):
-            # the images of each enhancement at this step, in ascending order, with one wait for the device's counts
-            images_by = torch.sort(order[:, step], stable=True).indices
-            counts = (order[:, step] == torch.arange(3, device=device)[:, None]).sum(1).tolist()
-            bounds = itertools.accumulate(counts, initial=0)
-            for which, (enhance, start, count) in enumerate(zip((ops.brightness, ops.contrast, ops.color), bounds,
-                                                                counts)):
-                if count:
-                    rows = images_by[start:start + count]
+            for which, (enhance, rows) in enumerate(zip((ops.brightness, ops.contrast, ops.color),
+                                                        ops.rows_by_group(order[:, step], 3))):
+                if rows.numel():
                     x[rows] = enhance(x[rows], factors[rows, which])
         return x
 
