@@ -34,7 +34,7 @@ from timm.data import create_transform
 from timm_structinit.data.batch_rand_augment import GEOMETRIC_OPS, BatchRandAugment
 from timm_structinit.data.device_transforms import DeviceTrainTransform
 from timm_structinit.data.pillow_compat import posterize_zero_bits_safe_ops
-from results_file import write_lines
+from results_file import Report
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
@@ -119,12 +119,12 @@ def main() -> None:
     torch.set_num_threads(1)
     files = sorted((args.data_dir / 'train').glob('*/*.jpg'))
     files = files[::max(1, len(files) // args.images)][:args.images]
-    lines = [f'# command: python {shlex.join(sys.argv)}',
+    report = Report([f'# command: python {shlex.join(sys.argv)}',
              f'# date: {datetime.now().isoformat(timespec="seconds")}; {platform.processor() or platform.machine()}, '
              f'{os.cpu_count()} CPUs, 1 torch thread; torch {torch.__version__}, timm {timm.__version__}, '
              f'Pillow {PIL.__version__}',
              f'# {len(files)} CIFAR-10 training images from {args.data_dir}; CPU time per image of this process; '
-             f'device loader batches of {args.batch_size}; {args.rounds} rounds in alternating order, medians']
+             f'device loader batches of {args.batch_size}; {args.rounds} rounds in alternating order, medians'])
     for name, (size, aa, mean, std) in TRANSFORMS.items():
         # rounds in alternating order, medians: this machine's speed drifts by tens of percent within minutes
         theirs, ours, ratios = [], [], []
@@ -138,17 +138,14 @@ def main() -> None:
             ours.append(costs[1])
             ratios.append(costs[0] / costs[1])
         theirs, ours = statistics.median(theirs), statistics.median(ours)
-        lines.append(f'{name:20s} timm pipeline {theirs * 1e6:8.1f} us/image ({1 / theirs:7.0f} images/s per core); '
+        report.add(f'{name:20s} timm pipeline {theirs * 1e6:8.1f} us/image ({1 / theirs:7.0f} images/s per core); '
                      f'device loader {ours * 1e6:8.1f} us/image ({1 / ours:7.0f} images/s per core); '
-                     f'ratio {theirs / ours:.2f} (medians; by round {" ".join(f"{r:.2f}" for r in ratios)})')
-        print(lines[-1], flush=True)
+                   f'ratio {theirs / ours:.2f} (medians; by round {" ".join(f"{r:.2f}" for r in ratios)})')
         resize, geometry = floor_cost(files, size, aa, args.repeats)
-        lines.append(f'{"":20s} floor {(resize + geometry) * 1e6:.1f} us/image: the resize through torch\'s 8-bit '
+        report.add(f'{"":20s} floor {(resize + geometry) * 1e6:.1f} us/image: the resize through torch\'s 8-bit '
                      f'resampler {resize * 1e6:.1f}, RandAugment\'s geometric ops through grid_sample '
-                     f'{geometry * 1e6:.1f}; an eighth of timm\'s pipeline: {theirs / 8 * 1e6:.1f} us/image')
-        print(lines[-1], flush=True)
-    if args.out:
-        write_lines(args.out, lines)
+                   f'{geometry * 1e6:.1f}; an eighth of timm\'s pipeline: {theirs / 8 * 1e6:.1f} us/image')
+    report.write(args.out)
 
 
 if __name__ == '__main__':

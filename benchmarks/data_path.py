@@ -14,7 +14,6 @@ reads the same files.
 """
 import argparse
 import contextlib
-import io
 import os
 import platform
 import re
@@ -27,7 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Tuple
 
 import timm
 import torch

@@ -17,12 +17,11 @@ import statistics
 import subprocess
 import sys
 from datetime import datetime
-from pathlib import Path
 
 import timm
 import torch
 
-from results_file import write_lines
+from results_file import Report
 
 TRIAL = r'''
 import statistics, sys, time
@@ -72,14 +71,13 @@ def main() -> None:
         env['PYTHONPATH'] = os.pathsep.join(filter(None, [args.package, env.get('PYTHONPATH', '')]))
     probe = subprocess.run([sys.executable, '-c', 'import timm_structinit; print(timm_structinit.__file__)'],
                            env=env, capture_output=True, text=True, check=True).stdout.strip()
-    lines = [f'# command: python {shlex.join(sys.argv)}',
+    report = Report([f'# command: python {shlex.join(sys.argv)}',
              f'# date: {datetime.now().isoformat(timespec="seconds")}; {platform.processor() or platform.machine()}, '
              f'{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads; torch {torch.__version__}, '
              f'timm {timm.__version__}; package {probe}',
              f'# timm ViT width {args.embed_dim}, depth {args.depth}, {args.num_heads} heads, patch {args.patch_size} '
              f'on 32 px, batch {args.batch_size}, AdamW; {args.steps} steps per block; ratio = median img/s of 4 '
-             f'blocks after building the model / of 4 blocks before, one fresh process per trial']
-    print('\n'.join(lines), flush=True)
+             f'blocks after building the model / of 4 blocks before, one fresh process per trial'])
     ratios = {name: [] for name in args.models}
     for trial in range(args.trials):
         for name in args.models:
@@ -88,16 +86,12 @@ def main() -> None:
                                  text=True, check=True).stdout.split()
             before, after = float(out[-2]), float(out[-1])
             ratios[name].append(after / before)
-            line = f'trial {trial + 1} {name:<32s} before {before:7.1f} img/s  after {after:7.1f} img/s  ' \
-                   f'ratio {after / before:.3f}'
-            print(line, flush=True)
-            lines.append(line)
+            report.add(f'trial {trial + 1} {name:<32s} before {before:7.1f} img/s  after {after:7.1f} img/s  '
+                       f'ratio {after / before:.3f}')
     for name, values in ratios.items():
-        lines.append(f'{name:<32s} median ratio {statistics.median(values):.3f} '
-                     f'(trials {" ".join(f"{v:.3f}" for v in values)})')
-        print(lines[-1], flush=True)
-    if args.out:
-        write_lines(args.out, lines)
+        report.add(f'{name:<32s} median ratio {statistics.median(values):.3f} '
+                   f'(trials {" ".join(f"{v:.3f}" for v in values)})')
+    report.write(args.out)
 
 
 if __name__ == '__main__':

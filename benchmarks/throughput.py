@@ -20,7 +20,7 @@ import timm.optim
 import torch
 
 import timm_structinit  # noqa: F401  (registers the models)
-from results_file import write_lines
+from results_file import Report
 
 SCALED = dict(img_size=32, patch_size=4, embed_dim=128, depth=6, num_heads=4)
 GAP = dict(class_token=False, global_pool='avg')
@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     parser.add_argument('--out', default='')
     args = parser.parse_args(argv)
     shape = {} if args.full_size else SCALED
-    lines = [
+    report = Report([
         f'# command: python {" ".join(sys.argv)}',
         f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
         f'# machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, '
@@ -69,8 +69,7 @@ def main(argv=None) -> None:
         f'# shape: {shape or "registered (ViT-T/2)"}; batch {args.batch_size}, {args.steps} steps a round, '
         f'median of {args.rounds} alternating rounds',
         f'{"model":30} {"train ours":>10} {"timm":>8} {"ratio":>6} {"infer ours":>10} {"timm":>8} {"ratio":>6}',
-    ]
-    print('\n'.join(lines), flush=True)
+    ])
     torch.manual_seed(0)
     batch = torch.randn(args.batch_size, 3, 32, 32)
     for name, twin_args in PAIRS.items():
@@ -87,13 +86,11 @@ def main(argv=None) -> None:
                 results[key]['train'].append(images_per_second(model, batch, args.steps, True))
                 results[key]['infer'].append(images_per_second(model, batch, args.steps, False))
         med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in results.items()}
-        lines.append(
+        report.add(
             f'{name:30} {med["ours"]["train"]:10.1f} {med["timm"]["train"]:8.1f} '
             f'{med["ours"]["train"] / med["timm"]["train"]:6.3f} {med["ours"]["infer"]:10.1f} '
             f'{med["timm"]["infer"]:8.1f} {med["ours"]["infer"] / med["timm"]["infer"]:6.3f}')
-        print(lines[-1], flush=True)
-    if args.out:
-        write_lines(args.out, lines)
+    report.write(args.out)
 
 
 if __name__ == '__main__':

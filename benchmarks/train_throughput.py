@@ -29,7 +29,7 @@ import torch
 import timm
 
 from timm_structinit.train import main as train_main
-from results_file import write_lines
+from results_file import Report
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
@@ -98,7 +98,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    lines = [
+    report = Report([
         f'# command: python {shlex.join(sys.argv)}',
         f'# date: {datetime.now().isoformat(timespec="seconds")}',
         f'# device {torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}; '
@@ -110,8 +110,7 @@ def main():
         + f'; batch {args.batch_size}, {args.workers} loader workers; ViT width {args.embed_dim}, depth {args.depth}, '
           f'{args.num_heads} heads, patch {args.patch_size} on 32x32; AdamW',
         f'# per run: {args.epochs} epochs, the first discarded; {args.rounds} alternating rounds; train img/s',
-    ]
-    print('\n'.join(lines), flush=True)
+    ])
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for p, pair in enumerate(pairs(args)):
@@ -124,9 +123,7 @@ def main():
                     got = run_once(model, kwargs, args, workdir, f'{p}-{r}-{i}-{model}')
                     rates[label] += got
                     round_rates[i] = statistics.median(got)
-                    line = f'round {r + 1} {label:<40s} ' + ' '.join(f'{v:7.1f}' for v in got)
-                    print(line, flush=True)
-                    lines.append(line)
+                    report.add(f'round {r + 1} {label:<40s} ' + ' '.join(f'{v:7.1f}' for v in got))
                 round_ratios.append(round_rates[1] / round_rates[0])
             (plain, plain_rates), (plugin, plugin_rates) = rates.items()
             m_plain, m_plugin = statistics.median(plain_rates), statistics.median(plugin_rates)
@@ -136,10 +133,8 @@ def main():
             summary.append(f'ratio plugin / timm: {m_plugin / m_plain:.3f} (medians); paired by round (the machine\'s '
                            f'drift cancels): median {statistics.median(round_ratios):.3f}, rounds '
                            + ' '.join(f'{v:.3f}' for v in round_ratios))
-            print('\n'.join(summary), flush=True)
-            lines += summary
-    if args.out:
-        write_lines(args.out, lines)
+            report.add(*summary)
+    report.write(args.out)
 
 
 if __name__ == '__main__':

@@ -16,7 +16,6 @@ plus the fixed costs, stays inside the command's 9 minutes.
 Prints one table per setup; writes nothing.
 """
 import argparse
-import math
 import os
 import sys
 import time
