@@ -1,7 +1,9 @@
 """ Every help text says each option's default once, and only when there is one (no `(default: None)`), and speaks
 of its own command: show's options say what show does with them, not export's; `python -m timm_structinit.run --help`
-says what it adds to timm's scripts; `timm-structinit recipes` lists what each recipe trains. """
+says what it adds to timm's scripts; `timm-structinit recipes` lists what each recipe trains; `--workers` and
+`--dataset` say what a run on this machine does. """
 import argparse
+import os
 import re
 
 import pytest
@@ -9,6 +11,8 @@ import yaml
 
 from timm_structinit import cli
 from timm_structinit import train as train_mod
+from timm_structinit.data.dataset_factory import check_dataset_name
+from timm_structinit.train.loaders import loader_workers
 from timm_structinit.recipes import list_recipes, recipe_path
 from timm_structinit.run import main as run_main
 from timm_structinit_cli.parsing import OneDefaultHelpFormatter
@@ -106,3 +110,21 @@ def test_compare_help_shows_the_arms_a_comparison_trains():
     compare = _subcommands(cli.build_parser())['compare']
     assert compare.get_default('inits') == list(DEFAULT_ARMS)
     assert f'(default: {" ".join(DEFAULT_ARMS)})' in _option_helps(compare)['--inits']
+
+
+@pytest.mark.parametrize('cores', [1, 2, 4, 16])
+def test_workers_help_says_how_many_loader_processes_a_run_starts_here(cores, monkeypatch):
+    """ timm's default of 4 workers, at most one per core the process may use: a run on 2 cores starts 2 (its log
+    says so, tests/test_cpu_defaults.py), and its help says 2. """
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: set(range(cores)), raising=False)
+    text = ' '.join(_option_helps(train_mod.build_parser())['--workers'].split())
+    assert f'at most one per core it may use ({cores} here)' in text
+    assert text.endswith('(default: 4)' if cores >= 4 else f'(default: 4, so {cores} on this machine)')
+    assert loader_workers(train_mod.parse_args([]).workers) == min(4, cores)  # what the run starts
+
+
+def test_dataset_help_names_its_default():
+    text = ' '.join(_option_helps(train_mod.build_parser())['--dataset'].split())
+    assert train_mod.parse_args([]).dataset == '' and check_dataset_name('') == 'folder'
+    assert text.endswith("(default: '', the image folder)") and "'' for an image folder under --data-dir" in text
+    assert 'sklearn/digits' in text and 'torch/cifar10' in text

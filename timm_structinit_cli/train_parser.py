@@ -8,6 +8,7 @@ from .arg_types import STOP_SIGNALS, stop_signal_argument
 from .kwargs import ParseKwargs
 from .parsing import OneDefaultHelpFormatter, OneLineArgumentParser
 from .version import __version__
+from .workers import DEFAULT_WORKERS, workers_help
 
 __all__ = ['PROG', 'SCHEDULERS', 'TIMM_TRAIN_ONLY', 'timm_only_error', 'command_line_problem', 'config_paths',
            'build_parser']
@@ -83,7 +84,9 @@ def _add_data_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Dataset')
     group.add_argument('--data-dir', metavar='DIR', help='path to the dataset (root dir)')
     group.add_argument('--dataset', '-d', default='', metavar='NAME',
-                       help="'' for an ImageFolder dir, torch/cifar10, torch/cifar100, torch/svhn, sklearn/digits")
+                       help="torch/cifar10, torch/cifar100, torch/svhn, ... (a name it does not know is refused, "
+                            "listing those it does), sklearn/digits, or '' for an image folder under --data-dir "
+                            "(default: '', the image folder)")
     group.add_argument('--train-split', default='train', help='training split (sub-folder for ImageFolder)')
     group.add_argument('--val-split', default='validation', help='evaluation split (sub-folder for ImageFolder)')
     group.add_argument('--dataset-download', action='store_true', help='download a torch/ dataset if missing')
@@ -226,8 +229,7 @@ def _add_run_groups(parser: argparse.ArgumentParser) -> None:
                        metavar='SIGNAL',
                        help='signals that stop the run as Ctrl-C does, keeping the last finished epoch and printing '
                             'how to resume (SLURM: --signal=USR1@120); none: only Ctrl-C')
-    group.add_argument('-j', '--workers', type=int, default=4,
-                       help='data loading processes per training process (at most one per core available)')
+    group.add_argument('-j', '--workers', type=int, default=DEFAULT_WORKERS, help=workers_help())
     group.add_argument('--pin-mem', action='store_true',
                        help='pin loader memory (faster GPU transfer; ignored without an accelerator)')
     group.add_argument('--no-prefetcher', action='store_true', help="do not use timm's batch prefetcher")

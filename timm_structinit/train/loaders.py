@@ -19,6 +19,8 @@ from timm.data.loader import fast_collate
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from torch.utils.data.dataloader import default_collate
 
+from timm_structinit_cli.workers import loader_workers, usable_cores  # the count --help says
+
 from ..data import item_file
 from ..data.device_loader import DeviceLoader, decode_dataset
 from ..data.device_transforms import DeviceEvalTransform, DeviceTrainTransform
@@ -30,19 +32,6 @@ from .failures import quiet_worker_starts
 __all__ = ['build_loaders', 'usable_cores', 'loader_workers']
 
 _logger = logging.getLogger('train')
-
-
-def usable_cores() -> int:
-    """ The cores this process may run on, counted as torch's DataLoader counts them for its worker-count warning. """
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no CPU affinity outside Linux
-        return os.cpu_count() or 1
-
-
-def loader_workers(requested: int) -> int:
-    """ `requested` loader processes, at most one per usable core: more only wait for a core, and torch warns. """
-    return min(requested, usable_cores())
 
 
 def _mixup(args: argparse.Namespace, in_collate: bool):
