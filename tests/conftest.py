@@ -1,6 +1,7 @@
 """ What every test shares: the thread count, the shared data's location, and the hygiene of a run of the suite:
 every subprocess a test starts ends with it, the caches that torch.compile, torchelastic, wandb and matplotlib
-write go to the session's temporary folder, and a test that changes the thread count gets it back. """
+write go to the session's temporary folder, a test that changes the thread count gets it back, and a Ctrl-C stops
+pytest even when a command run in the test process took it (`interrupts`). """
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import interrupts
 
 # tests are small; one thread avoids oversubscription when two pytest processes share the machine
 torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -127,6 +130,54 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.communicate(timeout=30)
     except (subprocess.TimeoutExpired, ValueError, OSError):
         pass
+
+
+class _InterruptsPassedToWorkers:
+    """ pytest-xdist's controller, interrupted by a SIGINT (not by -x or a worker's own interrupt), passes it on to
+    its workers at once, so that each stops its test as the controller stopped (execnet would send it 5 s later, and
+    kill them 5 s after that). """
+
+    @staticmethod
+    def pytest_keyboard_interrupt(excinfo):
+        if interrupts.sigint_came():
+            interrupts.interrupt_children()
+
+
+def pytest_configure(config):
+    interrupts.watch()
+
+
+def pytest_sessionstart(session):
+    if session.config.pluginmanager.has_plugin('dsession'):  # pytest-xdist's controller
+        session.config.pluginmanager.register(_InterruptsPassedToWorkers())
+
+
+def pytest_unconfigure(config):
+    interrupts.unwatch()
+
+
+def _then_stop_if_interrupted():
+    """ A phase of a test, then KeyboardInterrupt if a SIGINT has reached the process: a command run in it takes
+    Ctrl-C as its own (exit status 130), and pytest would count one failed test and go on. """
+    try:
+        return (yield)
+    finally:
+        interrupts.stop_if_interrupted()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _then_stop_if_interrupted())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _then_stop_if_interrupted())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _then_stop_if_interrupted())
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

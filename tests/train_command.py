@@ -6,6 +6,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from PIL import Image
 
+from interrupts import stop_if_interrupted
 from timm_structinit import train as train_mod
 
 
@@ -28,8 +29,10 @@ def two_class_folder(root: Path, per_class: int, size: int, fmt: str = 'png') ->
 
 
 def run_main(argv, capsys):
-    """ (exit code, stdout, stderr) of `timm-structinit-train ARGV`, run in this process. """
+    """ (exit code, stdout, stderr) of `timm-structinit-train ARGV`, run in this process; a Ctrl-C the command took
+    as its own stops pytest here. """
     code = train_mod.main([str(a) for a in argv])
+    stop_if_interrupted()
     out, err = capsys.readouterr()
     return code, out, err
 
