@@ -42,11 +42,16 @@ def best_rank(a: torch.Tensor, k: int) -> torch.Tensor:
 def paper_targets(seed, layers, heads, dim, a1=A1, b1=B1, a2=A2, b2=B2):
     """ The matrices of the paper for a generator seeded with the model's init seed, in the order the package
     documents (every Q/K draw, layer by layer and head by head, then every V/proj draw): A = a1 Z + b1 I per head,
-    B = a2 Z' - b2 I per layer, Z and Z' standard normal over sqrt(D). """
+    B = a2 Z' - b2 I per layer, Z and Z' standard normal over sqrt(D), drawn as the package documents it: by the
+    inverse normal CDF of one float32 uniform draw u per value, sqrt(2) erfinv(2u - 1 + 2^-24). """
     g = torch.Generator().manual_seed(seed)
     eye = torch.eye(dim, dtype=torch.float64)
-    z = torch.randn(layers, heads, dim, dim, generator=g).double() / math.sqrt(dim)
-    z2 = torch.randn(layers, dim, dim, generator=g).double() / math.sqrt(dim)
+
+    def normal(*shape):
+        u = torch.rand(*shape, generator=g).double()
+        return math.sqrt(2) * torch.erfinv(2 * u - 1 + 2.0 ** -24)
+    z = normal(layers, heads, dim, dim) / math.sqrt(dim)
+    z2 = normal(layers, dim, dim) / math.sqrt(dim)
     return a1 * z + b1 * eye, a2 * z2 - b2 * eye
 
 

@@ -24,6 +24,7 @@ import torch
 from timm.utils import unwrap_model
 from torch import nn
 
+from .canonical import FACTOR_RULE
 from .fit import attention_kind, check_attention_kinds, inner_norm, refuse_derived_weights, refuse_shared_weights
 from .heads import find_attention, written_tensors
 from .impulse import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
@@ -267,7 +268,7 @@ def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = 
             if hasattr(model, 'weight_init_mode'):  # so that model.init_weights() resets them again
                 model.weight_init_mode = 'reset'
         record = {'method': name, 'seed': int(seed), 'weight_init': 'reset' if reset_rest else rest_init_of(model),
-                  'cfg': dataclasses.asdict(cfg)}
+                  'cfg': dataclasses.asdict(cfg), 'factor_rule': FACTOR_RULE}
         record.update(on_one_thread(apply, cfg, generator))
     except BaseException:
         _restore(model, backup)

@@ -203,7 +203,8 @@ def impulse_pseudo_input(model: nn.Module, embed_dim: int, cfg: Any = None) -> t
     if cfg.content == 'orthogonal':
         basis = _content_basis(model)
         table = (table - (table.double() @ basis) @ basis.T).to(table.dtype)
-    return F.layer_norm(table, (embed_dim,), eps=1e-5).float()
+    # in float64: the float32 result is then the same bits whatever kernels (vector widths) computed the statistics
+    return F.layer_norm(table.double(), (embed_dim,), eps=1e-5).float()
 
 
 def _on_cpu(module: nn.Module) -> nn.Module:

@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from .canonical import canonical_basis, canonical_svd
 from .impulse_maps import _tasks, _uniform_start, map_stats
 from .lbfgs import minimize
 from .threads import denormals_flushed, parallel_tasks
@@ -33,8 +34,21 @@ def _row_space(x: torch.Tensor, rtol: float = 1e-3) -> Tuple[torch.Tensor, torch
         v = evecs
     else:  # evecs are U: V = X^T U S^-1
         v = (x64.mT @ evecs) / evals.sqrt()
+    # the sin-cos table's spectrum falls in pairs of equal values: each pair's plane, and every sign, in its
+    # canonical basis, so that the coordinates the solve works in are the same on every kernel path
+    v = canonical_basis(v, evals)[0]
     return (x64 @ v).to(x.dtype), v.to(x.dtype)
 
+
+# how long a solve runs in float32: at most FLOAT32_EVALS evaluations, and at most FLOAT32_WORK evaluations times the
+# width. Each L-BFGS step's accept-or-retry test and curvature pairs carry the last bits of one kernel path's
+# arithmetic into the next steps, the further the longer and the stiffer the solve (wider models, smaller grids). In
+# float32, two kernel paths (AVX-512 against the scalar kernels, the same draws) gave ViT-T's default 12-13
+# evaluations weights within 3e-6 of each other, width 384 within 1e-5 up to 16 evaluations but 1.3e-4 at its
+# default 25, width 768 4.7e-5 at 12 and 7e-2 at its default 53, and width 32 on a 4 x 4 grid (50 evaluations) 0.2;
+# every other solve runs in float64, where ViT-B's 53 evaluations came within 5e-6 (at about twice the float32 time)
+FLOAT32_EVALS = 16
+FLOAT32_WORK = 384 * 16
 
 # the closed-form start's Frobenius norm against the random start's (see `_closed_form_start`)
 WARM_START = 0.75
@@ -51,7 +65,7 @@ def _closed_form_start(y: torch.Tensor, targets: torch.Tensor, head_dim: int, rt
     pinv = y * (keep / sv.square())                                   # (Y^T Y)^-1 Y^T, transposed: (N, r)
     valid = (targets >= 0).to(y.dtype)[..., None]
     m = pinv.mT @ (pinv[targets.clamp_min(0)] * valid)               # sum over rows q of pinv_q^T pinv_t(q)
-    u, s, vh = torch.linalg.svd(m.double())
+    u, s, vh = canonical_svd(m.double())
     rank = min(head_dim, s.shape[-1])
     root = s[..., :rank].sqrt().unsqueeze(-2)
     c, e = u[..., :rank] * root, vh.mT[..., :rank] * root
@@ -136,6 +150,7 @@ class _CappedProblem:
         self.q_perp = wq - self.v @ c
         self.q_perp_sq = self.q_perp.square().sum(-2, keepdim=True)   # (B, 1, k)
         self.k_perp = wk - self.v @ e
+        self.k_perp_sq = self.k_perp.square().sum(-1, keepdim=True)  # (B, D, 1)
         if warm_start:  # the closed form's pattern added in the row space, at `warm_start` x the start's norm
             c0, e0 = _closed_form_start(self.y, targets, wq.shape[-1])
             c = c + c0 * (warm_start * wq.norm(dim=(-2, -1), keepdim=True))
@@ -153,31 +168,41 @@ class _CappedProblem:
         c, e = z.split(z.shape[1] // 2, dim=1)
         return c.view(self.shape), e.view(self.shape)
 
-    def _factors(self, c, e):
-        q_norm = ((c * c).sum(-2, keepdim=True) + self.q_perp_sq).sqrt()     # column norms of V c + Q_perp
-        k_full = self.v @ e + self.k_perp
-        k_norm = k_full.norm(dim=-1, keepdim=True)                          # row norms of V e + K_perp
-        return q_norm, k_full, k_norm
+    def _row_norms(self, e: torch.Tensor) -> torch.Tensor:
+        """ (B, D, 1) norms of the rows of V e + K_perp, from (B, D, r) products: |V_i e|^2 + 2 V_i e . P_i + |P_i|^2
+        with V_i e . P_i = V_i (P e^T)_i^T (no (B, D, k) tensor per evaluation). """
+        v = self.v
+        square = ((v @ (e @ e.mT) + 2 * (self.k_perp @ e.mT)) * v).sum(-1, keepdim=True) + self.k_perp_sq
+        return square.clamp_min(0).sqrt()
 
     def weights(self, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         c, e = self._unpack(z)
-        q_norm, k_full, k_norm = self._factors(c, e)
-        return self.nq * (self.v @ c + self.q_perp) / q_norm, self.nq * k_full / k_norm
+        q_norm = ((c * c).sum(-2, keepdim=True) + self.q_perp_sq).sqrt()     # column norms of V c + Q_perp
+        k_full = self.v @ e + self.k_perp
+        return self.nq * (self.v @ c + self.q_perp) / q_norm, self.nq * k_full / k_full.norm(dim=-1, keepdim=True)
 
     def value_and_grad(self, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """ The objective and its gradient in (c, e). W_k = nq (V e + P) / n (P = K_perp, n its row norms) enters
+        through V^T W_k = nq (A e + B), A = V^T diag(1/n) V, B = V^T diag(1/n) P; and with G the gradient with
+        respect to V^T W_k, the gradient in e is nq A G - V^T diag(t) (V e + P), t = nq s / n^3, s_i the dot product
+        of row i of V e + P with row i of V G. Every product is (B, D, r) or smaller, but the four with P. """
         c, e = self._unpack(z)
-        nq, v = self.nq, self.v
-        q_norm, k_full, k_norm = self._factors(c, e)
-        q_seen = nq * c / q_norm                       # V^T W_q
-        w_k = nq * k_full / k_norm
-        k_seen = v.T @ w_k                             # V^T W_k
+        nq, v, p = self.nq, self.v, self.k_perp
+        q_norm = ((c * c).sum(-2, keepdim=True) + self.q_perp_sq).sqrt()     # column norms of V c + Q_perp
+        q_seen = nq * c / q_norm                                             # V^T W_q
+        n = self._row_norms(e)
+        v_n = v / n                                                          # (B, D, r): V diag(1/n)
+        a = v_n.mT @ v
+        k_seen = nq * (a @ e + v_n.mT @ p)                                   # V^T W_k
         value, grad_m = self.objective(q_seen @ k_seen.mT)
         grad_q = grad_m @ k_seen
-        grad_k = v @ (grad_m.mT @ q_seen)
-        # through the normalizations: the gradient of a unit vector's direction, times nq / norm
+        g = grad_m.mT @ q_seen                                               # (B, r, k)
+        s = ((v @ (e @ g.mT) + p @ g.mT) * v).sum(-1, keepdim=True)         # (V e + P)_i . (V G)_i
+        v_t = v * (nq * s / n.pow(3))
+        grad_e = nq * (a @ g) - (v_t.mT @ v) @ e - v_t.mT @ p
+        # through the column normalization of W_q: the gradient of a unit vector's direction, times nq / norm
         grad_c = (grad_q - c * (c * grad_q).sum(-2, keepdim=True) / q_norm.square()) * (nq / q_norm)
-        grad_k = (grad_k - w_k * (w_k * grad_k).sum(-1, keepdim=True) / nq.square()) * (nq / k_norm)
-        return value, torch.cat([grad_c.flatten(1), (v.T @ grad_k).flatten(1)], 1)
+        return value, torch.cat([grad_c.flatten(1), grad_e.flatten(1)], 1)
 
 
 def fast_evaluations(dim: int, tokens: int) -> int:
@@ -232,11 +257,17 @@ def solve_fast(
     solved, inverse, source, flipped, features = _solves(x, targets, reuse_solutions)
     count = solved.shape[0]
     wq, wk = _uniform_start(count, x.shape[-1], head_dim, num_heads, generator)
+    # a long or wide solve runs in float64 (`FLOAT32_EVALS`), so that the same draws give the same weights on every
+    # kernel path
+    short = iters <= FLOAT32_EVALS and iters * x.shape[-1] <= FLOAT32_WORK
+    precision = x.dtype if short else torch.float64
+    wq, wk = wq.to(precision), wk.to(precision)
     nq = wq.norm(dim=-2).mean()  # as the reference: the mean initial column norm over the batch's starts
     with denormals_flushed():
-        problem = _CappedProblem(x, solved, wq, wk, nq, warm_start)
+        problem = _CappedProblem(x.to(precision), solved, wq, wk, nq, warm_start)
         z, _ = minimize(problem.value_and_grad, problem.start, iters, precond=problem.precond)
         wq, wk = problem.weights(z)
+        wq, wk = wq.to(x.dtype), wk.to(x.dtype)
         stats = map_stats(x, wq, wk, solved)
     wq, wk = wq[source], wk[source]
     if flipped is not None:  # the transposed grid's solution: the same weights with the h and w features swapped

@@ -7,6 +7,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn.functional as F
 
+from .canonical import canonical_svd
 from .impulse_maps import _finish
 
 __all__ = ['solve_svd']
@@ -49,20 +50,20 @@ def solve_svd(
     gone and every map is uniform (1/N on the target). At rtol 0.1 the same solve puts ~0.85 on the target.
     """
     n = targets.shape[-1]
-    u, s, vh = torch.linalg.svd(x.double(), full_matrices=False)
+    u, s, vh = canonical_svd(x.double())
     rank = min(head_dim, int((s > rtol * s[0]).sum()))
     u_k, s_k, v_k = u[:, :rank], s[:rank], vh[:rank].T
-    # U_k^T T U_k without forming T: the noise part as one float32 product (the noise is float32, as the authors'),
-    # then on each row's impulse the noise swapped for target_scale, in float64: T = s n + sum_q c_q e_q e_t(q)^T
-    # with c_q = target_scale - s n[q, t(q)] (0 for a row without a target)
+    # U_k^T T U_k without forming T: the noise part (float32 draws, as the authors') as one float64 product, then on
+    # each row's impulse the noise swapped for target_scale: T = s n + sum_q c_q e_q e_t(q)^T with c_q = target_scale
+    # - s n[q, t(q)] (0 for a row without a target). Float64 throughout: the singular values of a scaled impulse map
+    # come in near-equal clusters, whose vectors a float32 product's last bits would turn
     noise = _trunc_normal((*targets.shape, n), noise_std, -2.0, 2.0, generator)
-    u32 = u_k.float()
-    inner = (noise_scale * ((u32.T @ noise) @ u32)).double()
+    inner = noise_scale * ((u_k.T @ noise.double()) @ u_k)
     index = targets.clamp_min(0)
     swap = (target_scale - noise_scale * noise.gather(-1, index[..., None])[..., 0].double()) * (targets >= 0)
     inner += (u_k * swap[..., None]).mT @ u_k[index]
     inner = inner / (s_k.view(-1, 1) * s_k.view(1, -1))  # (B, rank, rank)
-    a_u, a_s, a_vh = torch.linalg.svd(inner)
+    a_u, a_s, a_vh = canonical_svd(inner)
     root = a_s.sqrt().unsqueeze(-2)
     wq = v_k @ (a_u * root)
     wk = v_k @ (a_vh.mT * root)

@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 from torch import nn
 
+from .canonical import CLUSTER_RTOL, canonical_basis
 from .heads import head_dim_of, write_qk_, write_vproj_, zero_attention_bias_
 from .threads import parallel_map
 
@@ -73,11 +74,28 @@ class MimeticCfg:
             raise ValueError('MimeticCfg.qk=False with vproj=False writes nothing; set at least one to True')
 
 
-def _noise(shape, dim: int, dist: str, generator: torch.Generator) -> torch.Tensor:
+def standard_normal(shape, generator: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    """ Float32 N(0, scale^2) draws by the inverse CDF, sqrt(2) erfinv(v), of one uniform draw v per value: the same
+    bits on every kernel path, where torch's `normal_` gives others in the last bits under the scalar kernels than
+    under AVX2 or AVX-512 (its vectorized Box-Muller), which the singular vectors of close singular values amplify.
+
+    v is the midpoint of one of 2^24 equal cells of (-1, 1): `torch.rand` gives u = m 2^-24, and 2u - 1 + 2^-24 is
+    exact in float32, never +-1, so every value is finite; the draws are normal up to the float32 grid, with no value
+    beyond 5.4 standard deviations (a normal has one in 1.5e7 there). """
+    v = torch.rand(shape, generator=generator).mul_(2).add_(2.0 ** -24 - 1)  # exact: (2m + 1 - 2^24) 2^-24
+    return v.erfinv_().mul_(math.sqrt(2.0) * scale)
+
+
+def _scaled_noise_plus_identity(shape, dim: int, dist: str, noise: float, identity: float,
+                                generator: torch.Generator) -> torch.Tensor:
+    """ noise * Z + identity * I over the last two dims, Z with variance 1 / D per entry ('normal': N(0, 1 / D);
+    'uniform': on +-sqrt(3 / D)), in place on one buffer (a ViT-B's Q/K targets are 340 MB). """
     if dist == 'normal':
-        return torch.empty(shape).normal_(0.0, 1.0 / math.sqrt(dim), generator=generator)
-    # uniform on +-sqrt(3 / D) has variance 1 / D
-    return (torch.rand(shape, generator=generator, dtype=torch.float32) * 2 - 1) * math.sqrt(3 / dim)
+        out = standard_normal(shape, generator, noise / math.sqrt(dim))
+    else:
+        out = torch.rand(shape, generator=generator).mul_(2).sub_(1).mul_(noise * math.sqrt(3 / dim))
+    out.diagonal(dim1=-2, dim2=-1).add_(identity)
+    return out
 
 
 # top right singular vectors a truncated factorization takes from the float32 eigendecomposition beyond the `rank`
@@ -85,31 +103,43 @@ def _noise(shape, dim: int, dist: str, generator: torch.Generator) -> torch.Tens
 _RITZ_EXTRA = 8
 
 
+def _full_eigenvectors(a: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """ Every right singular vector of a (B, D, D), descending, with their squared singular values: the float64
+    eigendecomposition of the Gram matrix, each eigenspace in its canonical basis (`canonical_basis`). """
+    a64 = a.double()
+    values, vectors = torch.linalg.eigh(a64.mT @ a64)
+    values, vectors = values.flip(-1), vectors.flip(-1)
+    return canonical_basis(vectors, values)[0], values
+
+
 def _top_factors(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    dim = a.shape[-1]
     width = rank + _RITZ_EXTRA
-    if width < a.shape[-1]:
+    if width < dim:
         # a truncation: the top `width` eigenvectors of the float32 Gram matrix span the top `rank` right singular
         # vectors up to ~1e-6 (float32 mixes eigenvectors of close singular values at ~1e-5, but only with their
         # neighbours); Rayleigh-Ritz in float64 on that span then finds them to float64 accuracy
         _, evecs = torch.linalg.eigh(a.float().mT @ a.float())
         basis = torch.linalg.qr(evecs[..., -width:].double())[0]
         projected = a.double() @ basis
-        _, ritz = torch.linalg.eigh(projected.mT @ projected)
-        ritz = ritz[..., -rank:].flip(-1)
-        v, us = basis @ ritz, projected @ ritz  # top right singular vectors (descending) and U_r S_r
-    elif rank == a.shape[-1]:
-        # full rank: left @ right^T = A V V^T is A for any orthonormal V, so the eigenvectors need not be separated
-        # (float32 mixes those of close singular values at ~1e-5, moving no product) and float32 serves, for less
-        # than float64 costs: V^T V = I to ~1e-6, which is all the product feels
-        a32 = a.float()
-        _, evecs = torch.linalg.eigh(a32.mT @ a32)
-        v = evecs.flip(-1)  # right singular vectors, descending
-        us = a32 @ v
-    else:  # a truncation close to full rank: float64 keeps the eigenvectors of close singular values apart
-        a64 = a.double()
-        _, evecs = torch.linalg.eigh(a64.mT @ a64)
-        v = evecs[..., -rank:].flip(-1)  # top right singular vectors, descending
-        us = a64 @ v  # U_r S_r
+        values, ritz = torch.linalg.eigh(projected.mT @ projected)
+        values, ritz = values.flip(-1), ritz.flip(-1)
+        # right singular vectors V (descending) and A V = U S, their canonical bases together
+        v, us = canonical_basis(basis @ ritz, values, projected @ ritz)
+        v, us = v[..., :rank], us[..., :rank]
+        # an eigenvalue repeated across the cut (a noise-free target: A = b I) leaves the truncation to a choice
+        # within its eigenspace, which needs all of that space: those matrices take every vector
+        tol = CLUSTER_RTOL * values[..., :1].abs()
+        split = ((values[..., rank - 1:rank] - values[..., rank:rank + 1]).abs() <= tol)[..., 0]
+        if bool(split.any()):
+            v, us = v.clone(), us.clone()
+            v[split] = _full_eigenvectors(a[split])[0][..., :rank]
+            us[split] = a[split].double() @ v[split]
+    else:
+        # every vector, or nearly: the float64 eigendecomposition keeps the eigenvectors of close singular values
+        # apart, so that each factor, not only their product, is the same on every kernel path
+        v = _full_eigenvectors(a)[0][..., :rank]
+        us = a.double() @ v  # U_r S_r
     root = us.norm(dim=-2, keepdim=True).sqrt()  # S_r^1/2, from the columns themselves
     left = us / root.clamp_min(torch.finfo(us.dtype).tiny)  # an exactly zero column stays zero
     return left.to(a.dtype), (v * root).to(a.dtype)
@@ -142,13 +172,11 @@ def draw_mimetic_targets(
     All Q/K draws come first, then all V/proj draws, so the same generator state always gives the same targets;
     tests rebuild them from a model's seed to check the written products.
     """
-    eye = torch.eye(dim)
-    qk = cfg.qk_noise * _noise((num_layers, num_heads, dim, dim), dim, cfg.noise_dist, generator)
-    qk = qk + cfg.qk_sign * cfg.qk_identity * eye
-    out = {'qk': qk}
+    out = {'qk': _scaled_noise_plus_identity((num_layers, num_heads, dim, dim), dim, cfg.noise_dist, cfg.qk_noise,
+                                             cfg.qk_sign * cfg.qk_identity, generator)}
     if cfg.vproj:
-        vproj = cfg.vproj_noise * _noise((num_layers, dim, dim), dim, cfg.noise_dist, generator)
-        out['vproj'] = vproj + cfg.vproj_sign * cfg.vproj_identity * eye
+        out['vproj'] = _scaled_noise_plus_identity((num_layers, dim, dim), dim, cfg.noise_dist, cfg.vproj_noise,
+                                                   cfg.vproj_sign * cfg.vproj_identity, generator)
     return out
 
 
@@ -192,8 +220,8 @@ def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Gene
 def mimetic_vproj_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator) -> None:
     """ Write only the mimetic V/proj product B = a2 Z' + s_vp b2 I (the 2025 impulse init does this). """
     dim = attns[0].qkv.in_features
-    noise = cfg.vproj_noise * _noise((len(attns), dim, dim), dim, cfg.noise_dist, generator)
-    wv, wproj = balanced_factors(noise + cfg.vproj_sign * cfg.vproj_identity * torch.eye(dim))
+    wv, wproj = balanced_factors(_scaled_noise_plus_identity(
+        (len(attns), dim, dim), dim, cfg.noise_dist, cfg.vproj_noise, cfg.vproj_sign * cfg.vproj_identity, generator))
     for i, attn in enumerate(attns):
         write_vproj_(attn, wv[i].to(attn.qkv.weight.dtype), wproj[i].to(attn.qkv.weight.dtype))
         zero_attention_bias_(attn, qk=False, vproj=True)
