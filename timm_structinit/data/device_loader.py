@@ -114,14 +114,17 @@ class DeviceLoader:
     """ Batches of (images, labels) from decoded tensors, transformed on their device.
 
     `transform(uint8 batch, generator)` gives the model's input; `mixup(images, labels)` (timm's `Mixup`), when given,
-    mixes the transformed batch and gives soft labels. Training loaders (`shuffle=True`) drop the last incomplete
-    batch and shard a padded order; evaluation loaders keep every image once.
+    mixes the transformed batch and gives soft labels; `erasing` (timm's `RandomErasing`), when given, erases in the
+    mixed batch, as timm's prefetcher erases after its collate has mixed (with `--no-prefetcher` timm erases each image
+    in its transform, before the training loop mixes: the transform's own erasing is that order). Training loaders
+    (`shuffle=True`) drop the last incomplete batch and shard a padded order; evaluation loaders keep every image once.
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, transform: Callable,
-                 shuffle: bool, seed: int, rank: int = 0, world_size: int = 1, mixup: Optional[Callable] = None):
+                 shuffle: bool, seed: int, rank: int = 0, world_size: int = 1, mixup: Optional[Callable] = None,
+                 erasing: Optional[Callable] = None):
         self.images, self.labels, self.batch_size = images, labels, batch_size
-        self.transform, self.shuffle, self.mixup = transform, shuffle, mixup
+        self.transform, self.shuffle, self.mixup, self.erasing = transform, shuffle, mixup, erasing
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.epoch = 0
 
@@ -158,4 +161,6 @@ class DeviceLoader:
             labels = self.labels[index]
             if self.mixup is not None:
                 images, labels = self.mixup(images, labels)
+            if self.erasing is not None:
+                images = self.erasing(images)
             yield images, labels

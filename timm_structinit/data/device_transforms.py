@@ -3,8 +3,8 @@
 `DeviceTrainTransform` is timm's `transforms_imagenet_train` for the options the training command takes:
 RandomResizedCrop (`--scale`, `--ratio`, to any input size, bilinear / bicubic / random interpolation), horizontal and
 vertical flips, then RandAugment (`--aa rand-...`) or, without it, color jitter (brightness, contrast, saturation in
-a random order, as torchvision's `ColorJitter`), then normalisation and timm's own `RandomErasing` on the batch, as
-timm's prefetcher does. `DeviceEvalTransform` is timm's `transforms_imagenet_eval`: resize to input / crop_pct, centre
+a random order, as torchvision's `ColorJitter`), then normalisation and timm's own `RandomErasing` on the batch (when
+the batch is mixed, the loader erases after mixing instead, as timm's prefetcher does: `DeviceLoader`). `DeviceEvalTransform` is timm's `transforms_imagenet_eval`: resize to input / crop_pct, centre
 crop, normalise. Every random parameter comes from one `torch.Generator` on the batch's device; the arithmetic is
 Pillow's (`batch_ops`). An option these transforms cannot honour is refused by `unsupported_options`, in one line.
 """

@@ -15,6 +15,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn as nn
 from timm.data import FastCollateMixup, Mixup, create_loader
+from timm.data.random_erasing import RandomErasing
 from timm.data.loader import fast_collate
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from torch.utils.data.dataloader import default_collate
@@ -118,17 +119,26 @@ def _device_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_tr
     train_interpolation = (not args.no_aug and args.train_interpolation) or config['interpolation']
     evaluate = DeviceEvalTransform(config['input_size'], config['crop_pct'], config['interpolation'],
                                    config['mean'], config['std'], device)
-    if args.no_aug:  # as timm's transforms_noaug_train: resize and centre crop, no crop_pct
+    mixup = _mixup(args, in_collate=False)
+    # timm's order: its prefetcher erases the batch its collate has mixed; with --no-prefetcher each image is erased in
+    # the transform and the batch mixed after (the erasing then reaches both images of a mix)
+    erase_after_mix = mixup is not None and not args.no_prefetcher
+    splits = 2 if args.resplit else 0
+    if args.no_aug:  # as timm's transforms_noaug_train: resize and centre crop, no crop_pct, no erasing
         transform = DeviceEvalTransform(config['input_size'], 1.0, train_interpolation, config['mean'],
                                         config['std'], device)
     else:
         transform = DeviceTrainTransform(
             config['input_size'], args.scale, args.ratio, args.hflip, args.vflip, args.color_jitter, args.aa,
-            train_interpolation, config['mean'], config['std'], re_prob=args.reprob, re_mode=args.remode,
-            re_count=args.recount, re_num_splits=2 if args.resplit else 0, device=device)
-    mixup = _mixup(args, in_collate=False)
+            train_interpolation, config['mean'], config['std'], re_prob=0.0 if erase_after_mix else args.reprob,
+            re_mode=args.remode, re_count=args.recount, re_num_splits=splits, device=device)
+    after_mix = None
+    if erase_after_mix and args.reprob > 0 and not args.no_aug:
+        after_mix = RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, num_splits=splits,
+                                  device=device)
     shards = dict(seed=args.seed, rank=args.rank, world_size=args.world_size)
-    loader_train = DeviceLoader(*decoded[0], args.batch_size, transform, shuffle=True, mixup=mixup, **shards)
+    loader_train = DeviceLoader(*decoded[0], args.batch_size, transform, shuffle=True, mixup=mixup, erasing=after_mix,
+                                **shards)
     loader_eval = DeviceLoader(*decoded[1], args.validation_batch_size or args.batch_size, evaluate,
                                shuffle=False, **shards)
     return loader_train, loader_eval, mixup
