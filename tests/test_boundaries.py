@@ -453,6 +453,19 @@ def test_a_lock_file_of_another_host_that_nobody_holds_is_taken(tmp_path, capsys
     assert (run / 'last.pth.tar').exists() and lock_is_free(run)  # taken, then released, its file in place
 
 
+
+def test_the_lock_file_stays_after_the_run_as_the_docs_say(tmp_path):
+    """ The run's lock file stays in its folder after the run (kept on purpose: see `claim_output_dir`), and the
+    training guide says so. """
+    folder = str(tmp_path / 'run')
+    output_mod.claim_output_dir(folder, False, False)
+    output_mod.release_output_dir(folder)
+    assert (tmp_path / 'run' / output_mod.LOCK_NAME).is_file()
+    guide = Path(__file__).parents[1] / 'docs' / 'training.md'
+    text = ' '.join(guide.read_text(encoding='utf-8').split())
+    said = text[text.index(output_mod.LOCK_NAME):].split('. ')[0]
+    assert 'the file stays in the folder after the run' in said and 'removed' not in said, said
+
 # --- two spellings of one setting ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('item,named', [

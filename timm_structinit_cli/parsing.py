@@ -1,14 +1,31 @@
-""" What the parsers of both commands share: usage errors on one line, and help that gives each option's default
-once. """
+""" What the parsers of both commands share: usage errors on one line, help and version text that a stream refusing
+it does not lose silently, and help that gives each option's default once. """
 import argparse
+import sys
 from difflib import get_close_matches
 from typing import Sequence
+
+from .streams import refused_line
 
 __all__ = ['OneLineArgumentParser', 'OneDefaultHelpFormatter']
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """ An ArgumentParser whose usage errors are one line naming the offending option, not the whole usage. """
+    """ An ArgumentParser whose usage errors are one line naming the offending option, not the whole usage, and whose
+    `--help` and `--version` that standard output cannot take (a full device) end in one line on standard error
+    with status 1, as every command's output does, where argparse drops them silently and exits 0. """
+
+    def _print_message(self, message: str, file=None) -> None:
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            file.write(message)
+            file.flush()  # a block-buffered stream fails here, not at exit
+        except OSError as e:
+            line = refused_line(file, e)
+            if file is not sys.stderr:  # an error's own line that standard error refused leaves only its status
+                self.exit(1, f'{self.prog}: error: {line}\n')
 
     def error(self, message: str):
         if message.startswith('unrecognized arguments:'):

@@ -4,11 +4,11 @@ output and error whose failed writes (a full device, an I/O error) are one `Stre
 exit status an error gets is in `errors`). The parser lives with the commands' parsers in `timm_structinit_cli`,
 which answer `--help` without torch or timm. """
 import logging
-import os
 import sys
 from typing import Callable
 
 from timm_structinit_cli.parsing import OneLineArgumentParser
+from timm_structinit_cli.streams import CLOSED, ROOM, target, to_null
 
 from ..errors import StreamWriteError
 
@@ -25,14 +25,8 @@ def output_closed() -> str:
     """ Standard output was closed by the program reading it (`... | head -1`): point stdout at the null device, so
     that later writes (and the flush at exit) go nowhere instead of failing again, and return the one line that
     says so. """
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
-    return ('standard output was closed by the program reading it (a broken pipe); redirect it to a file to keep '
-            'all of it')
+    to_null(sys.stdout)
+    return CLOSED
 
 
 class _GuardedStream:
@@ -42,11 +36,7 @@ class _GuardedStream:
         self._stream, self._name = stream, name
 
     def _refused(self, error: OSError) -> StreamWriteError:
-        try:  # where the stream goes (/dev/full, a file), as the kernel names it
-            where = f' ({os.readlink(f"/proc/self/fd/{self._stream.fileno()}")})'
-        except (OSError, ValueError, AttributeError):
-            where = ''
-        return StreamWriteError(f'{self._name}{where}', error)
+        return StreamWriteError(f'{self._name}{target(self._stream)}', error)
 
     def write(self, text: str) -> int:
         try:
@@ -84,14 +74,8 @@ def guard_streams() -> Callable[[], None]:
 def stream_failed(error: StreamWriteError) -> str:
     """ Point the stream that failed at the null device (later writes and the flush at exit go nowhere instead of
     failing again) and return the one line that says what failed. """
-    stream = sys.stderr if 'standard error' in str(error) else sys.stdout
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-    return f'{error}; write it to a device with room (or redirect it to /dev/null)'
+    to_null(sys.stderr if 'standard error' in str(error) else sys.stdout)
+    return f'{error}; {ROOM}'
 
 
 def say(line: str) -> None:
