@@ -381,7 +381,7 @@ def finish_run(spec: RunSpec, seconds: float, resumed: bool, data_dir: Path, run
         epochs=int(rows[-1]['epoch']) + 1,  # trained; the curve has one point per evaluation (see curve_epochs)
         curve=[r['eval_top1'] for r in rows], train_loss=[r['train_loss'] for r in rows],
         target_mass=[{k: round(v, 4) for k, v in r.items()} for r in mass_rows],
-        seconds=round(seconds, 1),  # a resumed run's seconds: its last sitting only
+        seconds=round(seconds, 1),  # a resumed run's seconds: every part of it (the runner keeps them)
         resumed=resumed, command=shlex.join(spec.command[1:]),
         date=datetime.datetime.now().isoformat(timespec='seconds'))
     if name in PAPERS or name in GPU:  # evaluated every few epochs on a subset: the curve's epochs, and the final

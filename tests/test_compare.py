@@ -3,11 +3,11 @@ the CPU (its table, decision, curves and JSON), a second call that trains nothin
 every refusal in one line before any training. """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from scipy import stats as scipy_stats
@@ -132,7 +132,8 @@ def test_other_settings_in_the_same_folder_are_refused(tiny_comparison, capsys):
     argv[argv.index('--epochs') + 1] = '2'
     code, stdout, err = _compare(argv, capsys)
     assert code == 2 and err.count('\n') == 1, err
-    assert 'holds the runs of another comparison' in err and "'--epochs', '1'" in err and "'--epochs', '2'" in err
+    assert 'holds the runs of another comparison (--epochs 1 there, 2 now)' in err, err
+    assert '--lr' not in err and '--dataset' not in err  # only the option that differs is named
 
 
 @pytest.mark.parametrize('argv, words', [
@@ -154,25 +155,25 @@ def test_bad_inputs_are_one_line_before_any_training(tmp_path, capsys, argv, wor
 
 def test_the_time_limit_counts_each_runs_start_up(tmp_path, capsys, monkeypatch):
     """ Each run is a process of its own: what it takes to start counts against --time-limit, beside its steps. """
-    from timm_structinit.compare import session
-    monkeypatch.setattr(session, 'startup_seconds', lambda: 900.0)
+    from timm_structinit.compare import estimate
+    monkeypatch.setattr(estimate, 'startup_seconds', lambda: 900.0)
     code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--time-limit', '600'], capsys)
-    assert code == 2 and err.count('\n') == 1 and 'no run would fit' in err and '(900 s to start, then' in err, err
+    assert code == 2 and err.count('\n') == 1 and 'no run would fit' in err and '(900 s to start, ' in err, err
 
 
 def test_the_time_limit_is_checked_on_the_model_the_runs_train(tmp_path, capsys, monkeypatch):
     """ A recipe that sizes the model (the digits recipe: width 64, depth 4 on 16 px): the estimate, the last model
     compare builds before its refusal, times that size, not the base model's default. """
-    import timm
-    from timm_structinit.compare import session
+    from timm_structinit.compare import estimate
+    from timm_structinit.train import build
     built = []
-    create_model = timm.create_model
+    create_model = build.create_model
 
     def recording(name, *args, **kwargs):
         built.append((name, kwargs.get('embed_dim'), kwargs.get('img_size')))
         return create_model(name, *args, **kwargs)
-    monkeypatch.setattr(timm, 'create_model', recording)
-    monkeypatch.setattr(session, 'startup_seconds', lambda: 900.0)
+    monkeypatch.setattr(build, 'create_model', recording)
+    monkeypatch.setattr(estimate, 'startup_seconds', lambda: 900.0)
     code, stdout, err = _compare(['--out', tmp_path / 'cmp', '-c', 'digits', '--device', 'cpu',
                                   '--time-limit', '600'], capsys)
     assert code == 2 and 'no run would fit' in err, err
@@ -271,3 +272,321 @@ def test_runner_reports_a_failed_run_in_one_line_and_goes_on(tmp_path):
     assert list(outcome.finished) == ['good_s0']
     assert outcome.failed['bad_s0'].startswith('--lr -1 must be > 0 (log: ')
     assert any(line.startswith('[failed] bad_s0: --lr -1 must be > 0') for line in shown)
+
+
+# --- runs that learned nothing ------------------------------------------------------------------------------------
+
+# the clothing photos of the field report: 2 seeds per arm, at chance, on a test split whose largest class is 19.6%
+AT_CHANCE = {'plain': [8.875, 11.025], 'mimetic': [12.365, 20.155], 'impulse3': [8.877, 11.563]}
+
+
+def _write_results(out, finals, test_split, settings=None, seconds=60.0):
+    """ A folder of finished runs written by hand: `finals` gives each arm's final top-1 per seed. """
+    for arm, values in finals.items():
+        for seed, final in enumerate(values):
+            folder = out / 'runs' / run_name(Arm(arm, None), seed)
+            folder.mkdir(parents=True)
+            (folder / 'result.json').write_text(json.dumps(dict(
+                arm=arm, seed=seed, final_top1=final, best_top1=final, epochs=8, curve=[final], curve_epochs=[8],
+                train_loss=[2.3], seconds=seconds, resumed=False, command=['python', '-m', 'x', '--model', 'm'],
+                date='2026-11-27T10:00:00', device='CPU', torch='2', timm='1', python='3')))
+    record = dict(settings or dict(model='vit_tiny_patch2_32_gap_sincos', model_kwargs={}, train_options=[]),
+                  arms=list(finals), reference='plain')
+    if test_split:
+        record['test_split'] = test_split
+    (out / 'compare.json').write_text(json.dumps(record))
+
+
+def test_runs_at_chance_are_said_not_to_have_learned(tmp_path, capsys):
+    """ Every arm within its seed spread of the majority class (19.6%): the decision says the runs did not learn and
+    what to change, gives the chance and majority-class top-1, and does not ask for more seeds. """
+    _write_results(tmp_path, AT_CHANCE, dict(images=1000, classes=10, chance=10.0, majority=19.6))
+    code, stdout, err = _compare(['--out', tmp_path, '--report'], capsys)
+    assert code == 0, err
+    answer = json.loads((tmp_path / 'results.json').read_text())
+    assert answer['decision'].startswith('the runs did not learn') and answer['learned'] is False
+    for words in ('19.60%', 'chance 10.00%', '--epochs', '--train-subset', '--model-kwargs'):
+        assert words in answer['decision'], answer['decision']
+    assert 'more seeds' not in answer['decision']
+    text = (tmp_path / 'results.md').read_text()
+    assert 'chance 10.00% top-1, majority class 19.60%' in text and answer['decision'] in stdout
+
+
+def test_an_arm_above_the_majority_class_beyond_its_spread_has_learned(tmp_path, capsys):
+    """ The same runs, mimetic at 31.0 and 33.0 (mean - sd = 30.6 > 19.6): an ordinary decision. """
+    _write_results(tmp_path, {**AT_CHANCE, 'mimetic': [31.0, 33.0]},
+                   dict(images=1000, classes=10, chance=10.0, majority=19.6))
+    code, stdout, err = _compare(['--out', tmp_path, '--report'], capsys)
+    answer = json.loads((tmp_path / 'results.json').read_text())
+    assert code == 0 and answer['learned'] is True and 'did not learn' not in answer['decision'], answer['decision']
+
+
+def _random_label_folder(root):
+    """ Noise images with labels drawn independently of them: nothing to learn. The test split holds 12 of class
+    'a', 4 of 'b' and 4 of 'c': chance 33.33%, majority class 60.00%. """
+    import random
+    from PIL import Image
+    rng = random.Random(0)
+    counts = {'train': {'a': 24, 'b': 20, 'c': 20}, 'test': {'a': 12, 'b': 4, 'c': 4}}
+    for split, classes in counts.items():
+        for name, count in classes.items():
+            (root / split / name).mkdir(parents=True)
+            for i in range(count):
+                pixels = bytes(rng.randrange(256) for _ in range(16 * 16 * 3))
+                Image.frombytes('RGB', (16, 16), pixels).save(root / split / name / f'{i}.png')
+
+
+@pytest.mark.slow
+def test_a_comparison_on_random_labels_says_the_runs_did_not_learn(tmp_path):
+    _random_label_folder(tmp_path / 'data')
+    out = tmp_path / 'cmp'
+    cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--data-dir',
+           str(tmp_path / 'data'), '--val-split', 'test', '--inits', 'plain', 'mimetic', '--epochs', '1', '-b', '16',
+           '--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--device', 'cpu',
+           '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--concurrent', '2']
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads((out / 'results.json').read_text())
+    assert answer['test_split'] == dict(images=20, classes=3, chance=pytest.approx(100 / 3), majority=60.0)
+    assert answer['decision'].startswith('the runs did not learn'), answer['decision']
+    assert 'majority class 60.00%' in done.stdout and 'chance 33.33%' in done.stdout
+
+
+# --- estimates ------------------------------------------------------------------------------------------------------
+
+def test_the_estimate_times_the_runs_data_path(tmp_path, capsys, monkeypatch):
+    """ A data path that takes 0.25 s a batch (3 batches an epoch, 8 epochs: 6 s) and a process that starts at once:
+    the estimate of a run counts those 6 s, so a 4 s budget holds no run, and its epochs are said to take 0.75 s at
+    least. """
+    from timm_structinit.compare import estimate
+    from timm_structinit.train import loaders
+    build_loaders = loaders.build_loaders
+
+    class Slow:
+        def __init__(self, loader):
+            self.loader = loader
+
+        def __len__(self):
+            return len(self.loader)
+
+        def __iter__(self):
+            for batch in self.loader:
+                time.sleep(0.25)
+                yield batch
+
+    def slow_training_batches(*args, **kwargs):
+        train, *rest = build_loaders(*args, **kwargs)
+        return (Slow(train), *rest)
+    monkeypatch.setattr(loaders, 'build_loaders', slow_training_batches)
+    monkeypatch.setattr(estimate, 'startup_seconds', lambda: 0.0)
+    code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--epochs', '8', '--inits', 'plain',
+                                  '--time-limit', '4'], capsys)
+    assert code == 2 and err.count('\n') == 1 and 'no run would fit' in err, err
+    assert float(re.search(r'8 epochs of about ([0-9.]+) s', err).group(1)) >= 0.7, err  # and the model's steps
+
+
+def test_finished_runs_take_the_place_of_the_estimate(tmp_path, capsys, monkeypatch):
+    """ A folder where one run has finished in 600 s: --time-limit goes by it (not by a fresh estimate, which would
+    say seconds for this tiny model), before anything is trained or estimated. """
+    from timm_structinit.compare import estimate
+    monkeypatch.setattr(estimate, 'estimate_runs', lambda *a, **k: pytest.fail('estimated again'))
+    _write_results(tmp_path, {'plain': [50.0]}, None, seconds=600.0)
+    (tmp_path / 'compare.json').unlink()  # a run of these settings: the call records them
+    code, stdout, err = _compare(['--out', tmp_path, *TINY, '--inits', 'plain', 'mimetic', '--seeds', '1',
+                                  '--time-limit', '300'], capsys)
+    assert code == 2 and err.count('\n') == 1, err
+    assert 'the longest of the 1 finished runs took 600 s, so no run would fit' in err, err
+
+
+def test_time_left_goes_by_the_finished_runs(tmp_path):
+    """ One run finished in 300 s over 3 epochs (100 s an epoch), one under way at epoch 1 of 3 whose epoch took
+    5 s, one waiting: 2 + 3 epochs left, two at a time: about 250 s, 4 min; the epoch under way does not count. """
+    from timm_structinit.compare.runner import Outcome, RunSpec, _Active, _progress
+    specs = [RunSpec(n, ['x'], tmp_path / n, 3) for n in ('a_s0', 'b_s0', 'c_s0')]
+    going = _Active(specs[1], None, False, 0.0, tmp_path / 'log', epoch=1, epoch_seconds=[5.0])
+    outcome = Outcome(finished={'a_s0': dict(seconds=300.0, epochs=3)})
+    line = _progress([going], [specs[2]], outcome, 3, 2, estimate=9.0)
+    assert line.endswith('about 4 min left'), line
+
+
+# --- how a comparison ends, and what a run's time counts ------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_comparison_left_unfinished_has_its_own_exit_status(tmp_path):
+    """ A finished run took 25 s: under --time-limit 30, one more run fits at the start and none after it, so the
+    comparison ends with a run not started: exit status 3, said in its last line. """
+    out = tmp_path / 'cmp'
+    _write_results(out, {'plain': [50.0]}, None, seconds=25.0)
+    (out / 'compare.json').unlink()
+    cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), *TINY, '--inits', 'plain',
+           'mimetic', 'impulse3', '--seeds', '1', '--time-limit', '30']
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert 'runs not finished' in done.stderr and '(exit status 3)' in done.stderr
+    assert (out / 'runs' / 'mimetic_s0' / 'result.json').is_file()  # what finished is kept
+
+
+def test_a_resumed_runs_time_counts_every_part(tmp_path):
+    """ A run stopped at a 1 s deadline with a checkpoint to resume from, then resumed for a 0.3 s part: its result
+    counts both parts (1.3 s at least) and says it had two. """
+    from timm_structinit.compare.runner import ELAPSED_FILE, RunSpec, run_all
+    folder = tmp_path / 'a_s0'
+    code = (f'import pathlib, time; folder = pathlib.Path({str(folder)!r}); folder.mkdir(parents=True); '
+            f'(folder / "last.pth.tar").write_bytes(b"checkpoint"); time.sleep(60)')  # an epoch kept, then stopped
+    first = [RunSpec('a_s0', [sys.executable, '-c', code], folder, 1)]
+    outcome = run_all(first, _finish_writing, 1, time.monotonic() + 1.0, show=lambda line: None, poll=0.05)
+    assert outcome.stopped == ['a_s0']
+    kept = json.loads((first[0].folder / ELAPSED_FILE).read_text())
+    assert kept['seconds'] >= 1.0 and kept['parts'] == 1
+    seen = []
+
+    def finish(spec, seconds, resumed):
+        seen.append((seconds, resumed, json.loads((spec.folder / ELAPSED_FILE).read_text())['parts']))
+        return _finish_writing(spec, seconds, resumed)
+    run_all(_sleeping_specs(tmp_path, 0.3, ['a_s0']), finish, 1, show=lambda line: None, poll=0.05)
+    (seconds, resumed, parts), = seen
+    assert seconds >= 1.3 and resumed and parts == 2, seen
+
+
+def test_each_run_gets_its_share_of_the_cores():
+    """ Runs side by side on the cores: each its share of torch threads and loader processes, and no more than a
+    run asks for. """
+    from timm_structinit.compare.cores import CoreShare
+    two_on_two = CoreShare(2, 2)
+    assert (two_on_two.per_run, two_on_two.threads({}), two_on_two.workers(4)) == (1, 1, 1)
+    assert two_on_two.run_options(4) == ['--workers', '1'] and two_on_two.run_options(0) == []
+    assert CoreShare(2, 2).threads({'OMP_NUM_THREADS': '1'}) == 1
+    assert (CoreShare(16, 3).per_run, CoreShare(16, 3).workers(8), CoreShare(16, 3).workers(2)) == (5, 5, 2)
+    alone = CoreShare(2, 1)
+    assert alone.per_run == 2 and alone.run_options(4) == [] and alone.crowding == 1
+    assert CoreShare(2, 3).per_run == 1 and CoreShare(2, 3).crowding == 1.5
+    assert 'each on 1 of the 2 cores (1 torch thread, 1 loader process)' in two_on_two.description(4)
+
+
+def test_the_runner_starts_each_run_with_its_environment(tmp_path):
+    from timm_structinit.compare.runner import RunSpec, run_all
+    code = 'import os; print("threads", os.environ.get("OMP_NUM_THREADS"), flush=True)'
+    spec = RunSpec('a_s0', [sys.executable, '-c', code], tmp_path / 'a_s0', 1, env={'OMP_NUM_THREADS': '1'})
+    run_all([spec], _finish_writing, 1, show=lambda line: None, poll=0.05, log_dir=tmp_path)
+    assert 'threads 1' in (tmp_path / 'a_s0.log').read_text()
+
+
+def test_off_a_terminal_progress_is_one_line_per_run_per_epoch_at_most(tmp_path):
+    """ Two runs of 3 epochs each, an epoch every 0.3 s: at most 6 progress lines, one at least. """
+    from timm_structinit.compare.runner import RunSpec, run_all
+    code = ('import time\nfor e in range(1, 4):\n    time.sleep(0.3)\n'
+            '    print(f"epoch {e:>3d}/3  train loss 1.0", flush=True)')
+    specs = [RunSpec(n, [sys.executable, '-c', code], tmp_path / n, 3) for n in ('a_s0', 'b_s0')]
+    shown = []
+    run_all(specs, _finish_writing, 2, show=shown.append, poll=0.01, progress_every=None, log_dir=tmp_path)
+    progress = [line for line in shown if ' done] ' in line]
+    assert 1 <= len(progress) <= 6, shown
+
+
+@pytest.mark.slow
+def test_the_header_names_the_model_the_runs_build_and_each_runs_share(tmp_path):
+    """ The digits recipe sizes the model (16 px, patch 2), --model-kwargs shrinks it further: the header names both,
+    and the share each of two runs gets; each run's loader processes are its share (`args.yaml`). """
+    out = tmp_path / 'cmp'
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    per_run = max(1, cores // 2)
+    cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '-c', 'digits', '--inits',
+           'plain', '--seeds', '2', '--concurrent', '2', '--epochs', '1', '--train-subset', '96', '--val-subset',
+           '48', '--warmup-epochs', '0', '--device', 'cpu', '-j', '4', '--model-kwargs', 'embed_dim=16', 'depth=1',
+           'num_heads=2']
+    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    header = done.stdout.splitlines()[:3]
+    assert 'vit_tiny_patch2_32_gap_sincos' in header[0] and 'img_size=16' in header[0], header
+    assert 'patch_size=2' in header[0] and 'embed_dim=16' in header[0] and 'depth=1' in header[0], header
+    assert f'each on {per_run} of the {cores} cores ({per_run} torch thread' in header[1], header
+    import yaml
+    for seed in (0, 1):
+        args = yaml.safe_load((out / 'runs' / f'plain_s{seed}' / 'args.yaml').read_text())
+        assert args['workers'] == (min(4, per_run) if min(4, per_run) < min(4, cores) else 4)
+    assert 'model every run builds: `vit_tiny_patch2_32_gap_sincos img_size=16' in (out / 'results.md').read_text()
+
+
+# --- the files compare reads back ----------------------------------------------------------------------------------
+
+def _result(arm='plain', seed=0, **changes):
+    record = dict(arm=arm, seed=seed, final_top1=50.0, best_top1=51.0, epochs=1, curve=[50.0], curve_epochs=[1],
+                  train_loss=[2.0], seconds=10.0, resumed=False, command=['python'], date='2026-11-27T10:00:00')
+    record.update(changes)
+    return {k: v for k, v in record.items() if v is not None}
+
+
+DAMAGED = [
+    ('runs/plain_s0/result.json', json.dumps(_result(arm=None)), "has no 'arm'"),
+    ('runs/plain_s0/result.json', json.dumps(_result(final_top1='51.2')), "its 'final_top1' is \"51.2\", not a number"),
+    ('runs/plain_s0/result.json', '{"arm": "plain", "se', 'is not valid JSON'),
+    ('runs/plain_s0/result.json', '', 'is empty'),
+    ('runs/plain_s0/result.json', json.dumps(_result(arm='mimetic')), "the result of 'mimetic' seed 0"),
+    ('compare.json', '[1, 2]', 'holds a JSON list, not an object'),
+    ('compare.json', 'garbage', 'is not valid JSON'),
+    ('compare.json', json.dumps(dict(model='m', model_kwargs={}, train_options=[], arms=['plain'])), "no 'reference'"),
+    ('runs/plain_s0/elapsed.json', '{"seconds": -1, "parts": 1}', "its 'seconds' is -1, not a number of seconds"),
+]
+# a call that trains reads every file; --report reads the settings and the results
+CALLS = [(*case, call) for case in DAMAGED for call in ('report', 'train')
+         if not (call == 'report' and case[0].endswith('elapsed.json'))]
+
+
+@pytest.mark.parametrize('name, content, words, call', CALLS,
+                         ids=[f'{call}-{name}-{words[:24]}' for name, _, words, call in CALLS])
+def test_a_damaged_file_is_one_line_naming_it_and_nothing_is_lost(tmp_path, capsys, name, content, words, call):
+    _write_results(tmp_path, {'plain': [50.0], 'mimetic': [52.0]}, None)
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text(content)
+    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    argv = ['--report'] if call == 'report' else [*TINY, '--inits', 'plain', 'mimetic', '--seeds', '1',
+                                                  '--time-limit', '0.001']
+    code, stdout, err = _compare(['--out', tmp_path, *argv], capsys)
+    assert code == 2 and err.count('\n') == 1 and 'Traceback' not in err, err
+    assert str(tmp_path / name) in err and words in err, err
+    assert ('delete it' in err or 'put back' in err) and 'another --out' in err, err
+    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+
+
+# --- arms and settings --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('inits, words', [
+    (['impulse3', 'impulse:kernel_size=3'], "--inits 'impulse3' and 'impulse:kernel_size=3' are the same arm"),
+    (['plain', 'mimetic', 'mimetic:'], "--inits 'mimetic' and 'mimetic:' are the same arm"),
+    (['plain', 'mimetic:qk_noise=0.5', 'mimetic:qk_noise=5e-1'], "'mimetic:qk_noise=0.5' and 'mimetic:qk_noise=5e-1'"),
+    (['mimetic:qk_noise=0.7', 'plain', 'mimetic'], "'mimetic:qk_noise=0.7' and 'mimetic' are the same arm"),
+    (['plain', 'impulse:kernel_size=3,kernel_size=5'], 'kernel_size is given twice'),
+    (['plain', 'impulse3:kernel_size=5'], 'impulse3 is impulse with kernel_size=3 already'),
+    (['plain', 'mimetic:kernel_size=3'], "--inits 'mimetic:kernel_size=3': unknown hyperparameter(s) ['kernel_size']"),
+    (['plain', 'impulse:kernel_size=abc'], "--inits 'impulse:kernel_size=abc': ImpulseCfg.kernel_size='abc' must be"),
+    (['plain', 'impulse:kernel_size=5'], "--inits 'impulse:kernel_size=5': kernel_size=5 is larger than the patch"),
+])
+def test_an_arm_is_its_init_and_settings(tmp_path, capsys, inits, words):
+    code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--inits', *inits, '--time-limit', '0.001'],
+                                 capsys)
+    assert code == 2 and err.count('\n') == 1 and words in err, err
+    assert '--model-kwargs' not in err and not (tmp_path / 'cmp').exists()
+
+
+@pytest.mark.slow
+def test_the_same_settings_spelled_otherwise_are_the_same_comparison(tiny_comparison, capsys):
+    """ The options in another order, `--lr=0.002` for `--lr 2e-3`, `--batch-size` for `-b`: the same comparison,
+    which trains nothing more. """
+    out, _ = tiny_comparison
+    respelled = ['--model-kwargs', 'patch_size=8', 'num_heads=2', 'depth=1', 'embed_dim=16', '--device', 'cpu',
+                 '--workers', '0', '--warmup-epochs', '0', '--lr=0.002', '--opt', 'adamw', '--batch-size', '32',
+                 '--epochs', '1', '--val-subset', '48', '--train-subset', '96', '--val-split', 'test', '--dataset',
+                 'sklearn/digits']
+    assert sorted(respelled) != sorted(TINY)
+    argv = ['--out', out, '--inits', 'plain', 'mimetic', '--concurrent', '2', *respelled]
+    code, stdout, err = _compare(argv, capsys)
+    assert code == 0, err
+    assert '[start]' not in stdout and '[resume]' not in stdout
+
+
+@pytest.mark.slow
+def test_an_arm_of_the_folder_under_another_name_is_refused(tiny_comparison, capsys):
+    out, _ = tiny_comparison
+    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic:', '--concurrent', '2', *TINY], capsys)
+    assert code == 2 and err.count('\n') == 1, err
+    assert "--inits 'mimetic:' is the arm 'mimetic' of the runs in --out" in err, err

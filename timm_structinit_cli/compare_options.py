@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--seeds', type=int, default=2, metavar='N', help='seeds per arm, 0..N-1 (default: 2)')
     parser.add_argument('--device', help='training device (default: cuda where there is one, else cpu)')
     parser.add_argument('--concurrent', type=int, default=1, metavar='N',
-                        help='runs at a time, each its own process on the device (default: 1)')
+                        help='runs at a time, each its own process on the device with its share of the cores '
+                             '(torch threads and loader processes) (default: 1)')
     parser.add_argument('--time-limit', type=float, metavar='SECONDS',
                         help='start no run that cannot end within this many seconds from now; stop the runs '
-                             'under way then (their checkpoints resume them)')
+                             'under way then (their checkpoints resume them; exit status 3 when runs are left)')
     parser.add_argument('--report', action='store_true', help='write the answer from the runs in --out; train nothing')

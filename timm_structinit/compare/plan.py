@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ['Arm', 'parse_arm', 'DEFAULT_ARMS', 'Plan', 'run_name', 'FORBIDDEN_OPTIONS', 'default_model',
-           'settings_difference']
+__all__ = ['Arm', 'parse_arm', 'arm_setting', 'DEFAULT_ARMS', 'Plan', 'run_name', 'folder_name', 'FORBIDDEN_OPTIONS',
+           'default_model', 'settings_difference', 'NOT_SETTINGS']
 
 DEFAULT_ARMS = ('plain', 'mimetic', 'impulse3')
 _ALIASES = {'impulse3': ('impulse', {'kernel_size': 3}), 'impulse5': ('impulse', {'kernel_size': 5})}
@@ -52,7 +52,8 @@ def _literal(text: str) -> Any:
 
 
 def parse_arm(text: str, known_inits: Sequence[str]) -> Arm:
-    """ An arm from its text; ValueError naming it and what is valid. """
+    """ An arm from its text; ValueError naming it and what is valid. A keyword is given once: twice, or one its
+    name already sets (`impulse3:kernel_size=5`), is refused rather than one of the values taken. """
     name, _, rest = text.partition(':')
     valid = ['plain', *sorted(_ALIASES), *known_inits]
     if name not in valid:
@@ -62,17 +63,41 @@ def parse_arm(text: str, known_inits: Sequence[str]) -> Arm:
         raise ValueError(f'--inits {text!r}: the plain arm takes no hyperparameters')
     struct_init, kwargs = _ALIASES.get(name, (None if name == 'plain' else name, {}))
     kwargs = dict(kwargs)
+    given = set()
     for item in filter(None, rest.split(',')):
         key, sep, value = item.partition('=')
         if not sep or not key.isidentifier():
             raise ValueError(f'--inits {text!r}: {item!r} is not key=value (e.g. mimetic:qk_noise=0.5)')
+        if key in given:
+            raise ValueError(f'--inits {text!r}: {key} is given twice; give it once')
+        if key in kwargs:
+            raise ValueError(f'--inits {text!r}: {name} is {struct_init} with {key}={kwargs[key]!r} already; write '
+                             f'{struct_init}:{key}={value} for another value')
+        given.add(key)
         kwargs[key] = _literal(value)
     return Arm(text, struct_init, kwargs)
 
 
+def arm_setting(arm: Arm, family: str = 'vit') -> Optional[Tuple[str, Dict[str, Any]]]:
+    """ What an arm trains with, whatever its spelling: None for the plain arm, else its init's name and every
+    hyperparameter of it, its defaults and preset included (`impulse3` and `impulse:kernel_size=3` are one arm;
+    `mimetic`, `mimetic:` and `mimetic:qk_noise=0.7` too, as are `qk_noise=0.5` and `qk_noise=5e-1`). ValueError from the init's own check of the hyperparameters. """
+    if arm.struct_init is None:
+        return None
+    import dataclasses
+    from ..inits import make_init_cfg
+    return arm.struct_init, dataclasses.asdict(make_init_cfg(arm.struct_init, family, **arm.kwargs))
+
+
 def run_name(arm: Arm, seed: int) -> str:
-    """ The folder of an arm's run with a seed: its label, characters other than letters, digits and ._=- replaced. """
-    return re.sub(r'[^A-Za-z0-9._=-]', '-', arm.label) + f'_s{seed}'
+    """ The folder of an arm's run with a seed (`folder_name` of its label). """
+    return folder_name(arm.label, seed)
+
+
+def folder_name(label: str, seed: int) -> str:
+    """ The folder of the run of the arm labelled `label` with a seed: the label, characters other than letters,
+    digits and ._=- replaced. """
+    return re.sub(r'[^A-Za-z0-9._=-]', '-', label) + f'_s{seed}'
 
 
 def default_model(image_side: int) -> Tuple[str, Dict[str, Any]]:
@@ -123,9 +148,31 @@ def _items(kwargs: Dict[str, Any]) -> List[str]:
     return shlex.split(format_kwargs(kwargs))
 
 
+# training options that do not change what a run trains, left out when two calls' settings are compared: the loader
+# processes (the batches are the same whatever --workers says; compare sets each run's share itself)
+NOT_SETTINGS = ('workers',)
+
+
+def _canonical(value: Any) -> Any:
+    """ A value as JSON gives it back (tuples as lists, keys as strings), so that a setting read from compare.json
+    and the same setting parsed now compare equal. """
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    return value
+
+
 def settings_difference(saved: Dict[str, Any], now: Dict[str, Any]) -> Optional[str]:
-    """ How `now` differs from the settings a folder's runs were made with, on one line; None when they agree. """
-    for key in ('model', 'model_kwargs', 'train_options'):
-        if saved.get(key) != now.get(key):
-            return f'{key.replace("_", " ")}: {saved.get(key)!r} there, {now.get(key)!r} now'
-    return None
+    """ How the settings `now` differ from those a folder's runs were made with, `saved` (each: the name of a setting
+    as the user writes it, e.g. `--lr` or `--model-kwargs embed_dim`, to its value, as the training command reads
+    it), on one line naming only the settings that differ; None when they agree. Values are compared by meaning:
+    `1e-3` and `0.001`, `3` and `3.0`, and the order the options were given in, are the same setting. """
+    unset = object()
+    parts = []
+    for name in [*now, *(k for k in saved if k not in now)]:
+        before, after = saved.get(name, unset), now.get(name, unset)
+        if before is unset or after is unset or _canonical(before) != _canonical(after):
+            shown = ['not set' if v is unset else repr(v) for v in (before, after)]
+            parts.append(f'{name} {shown[0]} there, {shown[1]} now')
+    return '; '.join(parts) or None

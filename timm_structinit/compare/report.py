@@ -1,30 +1,44 @@
 """ The answer of a comparison, from the results of its runs alone (so that `--report` rewrites the same files): a
 table per arm (final and best top-1 over its seeds, the gain over the plain init with its 95% Welch interval), the
-decision line, each run's command, device, versions and time, as `results.json` and `results.md`, and the curves
-(top-1 per evaluation, a colour per arm, the seeds' range as a band) as `curves.png`. """
+test split's chance and majority-class top-1 (what runs that learned nothing score), the decision line, each run's
+command, device, versions and time, as `results.json` and `results.md`, and the curves (top-1 per evaluation, a
+colour per arm, the seeds' range as a band) as `curves.png`. """
 import json
 import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..utils.atomic import atomic_file
-from .stats import CONFIDENCE, arm_stats, decide, welch_gain
+from .stats import CONFIDENCE, arm_stats, decide, not_learned, welch_gain
 
-__all__ = ['summarize', 'write_report', 'result_record']
+__all__ = ['summarize', 'write_report', 'result_record', 'test_split_line']
 
 
 def result_record(arm: str, seed: int, rows: List[dict], seconds: float, resumed: bool, command: List[str],
-                  device: Dict[str, Any], date: str) -> Dict[str, Any]:
-    """ A finished run's result from its summary rows (one per evaluation). """
+                  device: Dict[str, Any], date: str, parts: int = 1) -> Dict[str, Any]:
+    """ A finished run's result from its summary rows (one per evaluation); `seconds` counts every part of a run
+    that was stopped and resumed (`parts` of them). """
     return dict(
         arm=arm, seed=seed, final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows),
         epochs=int(rows[-1]['epoch']) + 1, curve=[r['eval_top1'] for r in rows],
         curve_epochs=[int(r['epoch']) + 1 for r in rows], train_loss=[r['train_loss'] for r in rows],
-        seconds=round(seconds, 1), resumed=resumed, command=command, date=date, **device)
+        seconds=round(seconds, 1), resumed=resumed, parts=parts, command=command, date=date, **device)
 
 
-def summarize(arms: List[str], results: List[Dict[str, Any]], reference: str) -> Dict[str, Any]:
-    """ Per arm, its statistics and gain over `reference`; the decision. Arms without results are left out. """
+def test_split_line(test_split: Optional[Dict[str, Any]]) -> str:
+    """ What the test split gives runs that learn nothing, on one line ('' when not recorded). """
+    if not test_split:
+        return ''
+    return (f'test split: {test_split["images"]:,} images of {test_split["classes"]} classes; chance '
+            f'{test_split["chance"]:.2f}% top-1, majority class {test_split["majority"]:.2f}% (always answering '
+            f'the largest class)')
+
+
+def summarize(arms: List[str], results: List[Dict[str, Any]], reference: str,
+              test_split: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """ Per arm, its statistics and gain over `reference`; the decision, which says that the runs did not learn
+    when no arm beats the majority class of `test_split` (its images, classes, chance and majority top-1) beyond
+    its seed spread. Arms without results are left out. """
     by_arm = {arm: [r for r in results if r['arm'] == arm] for arm in arms}
     by_arm = {arm: sorted(rs, key=lambda r: r['seed']) for arm, rs in by_arm.items() if rs}
     stats = {arm: arm_stats(arm, [r['final_top1'] for r in rs], [r['best_top1'] for r in rs])
@@ -32,10 +46,12 @@ def summarize(arms: List[str], results: List[Dict[str, Any]], reference: str) ->
     gains = [welch_gain(arm, [r['final_top1'] for r in rs], [r['final_top1'] for r in by_arm[reference]])
              for arm, rs in by_arm.items() if arm != reference and reference in by_arm]
     seeds = {arm: len(rs) for arm, rs in by_arm.items()}
+    unlearned = not_learned(list(stats.values()), test_split['chance'], test_split['majority']) if test_split else None
     return dict(reference=reference, stats={a: vars(s) for a, s in stats.items()},
                 gains={g.arm: dict(gain=g.gain, half_width=g.half_width, df=g.df, verdict=g.verdict) for g in gains},
-                decision=decide(gains, seeds, reference) if reference in by_arm else
-                f'the {reference} arm has no result yet: nothing to compare against',
+                test_split=test_split, learned=unlearned is None,
+                decision=unlearned or (decide(gains, seeds, reference) if reference in by_arm else
+                                       f'the {reference} arm has no result yet: nothing to compare against'),
                 method=f'gain: difference of the mean final top-1 over seeds; ±: half-width of its {CONFIDENCE:.0%} '
                        f'interval by Welch\'s t (unequal variances, Welch-Satterthwaite degrees of freedom); an arm '
                        f'is better or worse when the interval excludes zero')
@@ -47,7 +63,9 @@ def _fmt(mean: float, sd: Optional[float]) -> str:
 
 def _markdown(settings: Dict[str, Any], summary: Dict[str, Any], results: List[Dict[str, Any]],
               header: List[str]) -> List[str]:
-    lines = ['# Which init: the comparison', '', *header, '', f'**{summary["decision"]}**', '',
+    split = test_split_line(summary.get('test_split'))
+    lines = ['# Which init: the comparison', '', *header, *([f'- {split}'] if split else []), '',
+             f'**{summary["decision"]}**', '',
              '| arm | seeds | final top-1 | best top-1 | gain over ' + summary['reference'] + ' (final) | verdict |',
              '|---|---|---|---|---|---|']
     for arm, s in summary['stats'].items():
@@ -60,9 +78,15 @@ def _markdown(settings: Dict[str, Any], summary: Dict[str, Any], results: List[D
               '## Runs', '', '| run | final | best | epochs | minutes | device | command |', '|---|---|---|---|---|---|---|']
     for r in sorted(results, key=lambda r: (r['arm'], r['seed'])):
         lines.append(f'| {r["arm"]} seed {r["seed"]} | {r["final_top1"]:.2f} | {r["best_top1"]:.2f} | {r["epochs"]} '
-                     f'| {r["seconds"] / 60:.1f} | {r.get("device", "")}, torch {r.get("torch", "")} '
+                     f'| {r["seconds"] / 60:.1f}{_parts(r)} | {r.get("device", "")}, torch {r.get("torch", "")} '
                      f'| `timm-structinit-train {shlex.join(r["command"][3:])}` |')
     return lines
+
+
+def _parts(result: Dict[str, Any]) -> str:
+    """ How many calls trained a resumed run (its minutes count them all). """
+    parts = result.get('parts', 1)
+    return f' ({parts} parts)' if parts > 1 else ''
 
 
 def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: str) -> Optional[Path]:
@@ -96,7 +120,7 @@ def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: st
 def write_report(out_dir: Path, settings: Dict[str, Any], arms: List[str], reference: str,
                  results: List[Dict[str, Any]], header: List[str]) -> Dict[str, Any]:
     """ results.json, results.md and curves.png in `out_dir`; returns the summary. """
-    summary = summarize(arms, results, reference)
+    summary = summarize(arms, results, reference, settings.get('test_split'))
     document = dict(settings=settings, arms=arms, **summary, runs=sorted(results, key=lambda r: (r['arm'], r['seed'])))
     with atomic_file(out_dir / 'results.json') as tmp:
         tmp.write_text(json.dumps(document, indent=1) + '\n')

@@ -5,9 +5,11 @@ left) shown as it goes, and a result written when it ends. One place starts, res
 
 A run is done when its folder holds `result.json`; a stopped run's folder holds the training command's
 `last.pth.tar`, and the next call resumes it with `--resume` (epochs are seeded, so the resumed run is the one that
-would have run). With a deadline, a run starts only if the longest finished run (or, before any finished, the
-estimate given) would still end before it, and the runs under way at the deadline are stopped as Ctrl-C stops them,
-keeping their checkpoints. Ctrl-C or SIGTERM to the caller stops every run the same way.
+would have run); the seconds of its earlier parts are kept beside it (`elapsed.json`), so a run's time counts every
+part of it. With a deadline, a run starts only if the longest finished run (or, before any finished, the estimate
+given) would still end before it, and the runs under way at the deadline are stopped as Ctrl-C stops them, keeping
+their checkpoints. Ctrl-C or SIGTERM to the caller stops every run the same way. The progress shown off a terminal
+(a log file) is at most one line per run per epoch.
 """
 import json
 import os
@@ -19,11 +21,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ['RunSpec', 'Outcome', 'run_all', 'is_done', 'read_summary', 'RESULT_FILE']
+from .records import ELAPSED_FILE, RESULT_FILE, read_elapsed, write_elapsed
 
-RESULT_FILE = 'result.json'
+__all__ = ['RunSpec', 'Outcome', 'run_all', 'is_done', 'read_summary', 'RESULT_FILE', 'ELAPSED_FILE']
 _EPOCH = re.compile(r'^epoch\s+(\d+)/(\d+)\s')
 _ERROR = re.compile(r'^timm-structinit-train: error: (.*)$')
 
@@ -32,12 +34,14 @@ _ERROR = re.compile(r'^timm-structinit-train: error: (.*)$')
 class RunSpec:
     """ One run: its name, the training command (the interpreter first), the folder it trains into (its `--output`
     and `--experiment`), its number of epochs (for the progress shown), and the folder that holds its result once
-    it is done (its training folder, unless the caller moves it there). """
+    it is done (its training folder, unless the caller moves it there); `env`, variables set for its process
+    beside the caller's (its share of the cores, say). """
     name: str
     command: List[str]
     folder: Path
     epochs: int
     done_folder: Optional[Path] = None
+    env: Optional[Dict[str, str]] = None
 
     @property
     def result_folder(self) -> Path:
@@ -61,6 +65,8 @@ class _Active:
     resumed: bool
     start: float
     log: Path
+    earlier: float = 0.0  # the seconds of its earlier parts (a resumed run)
+    parts: int = 1
     epoch: int = 0
     first_epoch: int = 0
     epoch_start: float = 0.0
@@ -89,9 +95,10 @@ def _start(spec: RunSpec, log_dir: Path) -> _Active:
     log = log_dir / f'{spec.name}.log'
     with open(log, 'a' if resumed else 'w') as f:
         f.write(f'$ {" ".join(command)}\n')
+    earlier, parts = (read_elapsed(spec.folder / ELAPSED_FILE) or (0.0, 1)) if resumed else (0.0, 0)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                               env={**os.environ, 'PYTHONUNBUFFERED': '1'})
-    active = _Active(spec, process, resumed, time.time(), log, epoch_start=time.time())
+                               env={**os.environ, **(spec.env or {}), 'PYTHONUNBUFFERED': '1'})
+    active = _Active(spec, process, resumed, time.time(), log, earlier, parts + 1, epoch_start=time.time())
     active.reader = threading.Thread(target=_read, args=(active,), daemon=True)
     active.reader.start()
     return active
@@ -116,21 +123,35 @@ def _read(active: _Active) -> None:
                 active.error = error.group(1)
 
 
-def _seconds_per_epoch(active: List[_Active], finished: Dict[str, dict]) -> Optional[float]:
-    spans = [s for a in active for s in a.epoch_seconds]
-    spans += [r['seconds'] / max(1, r.get('epochs_trained', r.get('epochs', 1))) for r in finished.values()
-              if r.get('seconds')]
-    return sum(spans) / len(spans) if spans else None
+def _seconds_per_epoch(active: List[_Active], finished: Dict[str, dict], estimate: Optional[float],
+                       epochs: int) -> Optional[float]:
+    """ A run's seconds per epoch: the finished runs' once any has finished (their whole time, start-up and
+    evaluations included, over their epochs), else the epochs under way, else the estimate of a run. """
+    done = [r['seconds'] / max(1, r.get('epochs_trained', r.get('epochs', 1))) for r in finished.values()
+            if r.get('seconds')]
+    spans = done or [s for a in active for s in a.epoch_seconds]
+    if spans:
+        return sum(spans) / len(spans)
+    return estimate / max(1, epochs) if estimate else None
 
 
-def _progress(active: List[_Active], pending: List[RunSpec], outcome: Outcome, total: int, concurrent: int) -> str:
-    per_epoch = _seconds_per_epoch(active, outcome.finished)
+def _progress(active: List[_Active], pending: List[RunSpec], outcome: Outcome, total: int, concurrent: int,
+              estimate: Optional[float]) -> str:
+    epochs = max([a.spec.epochs for a in active] + [s.epochs for s in pending] + [1])
+    per_epoch = _seconds_per_epoch(active, outcome.finished, estimate, epochs)
     going = ', '.join(f'{a.spec.name} epoch {a.epoch}/{a.spec.epochs}' for a in active)
     line = f'[{len(outcome.finished)}/{total} done] {going or "-"}'
     if per_epoch:
         left = sum(a.spec.epochs - a.epoch for a in active) + sum(s.epochs for s in pending)
         line += f'; about {left * per_epoch / max(1, min(concurrent, len(active) + len(pending))) / 60:.0f} min left'
     return line
+
+
+def _keep_elapsed(a: _Active) -> None:
+    """ Record the run's seconds over all its parts so far beside its checkpoint, for the part that resumes it and
+    for its result; a run with nothing to resume (stopped in its first epoch) keeps none. """
+    if (a.spec.folder / 'last.pth.tar').is_file():
+        write_elapsed(a.spec.folder / ELAPSED_FILE, a.earlier + time.time() - a.start, a.parts)
 
 
 def _stop(active: List[_Active], outcome: Outcome) -> None:
@@ -148,6 +169,7 @@ def _stop(active: List[_Active], outcome: Outcome) -> None:
             a.process.wait()
         if a.reader is not None:
             a.reader.join(timeout=10)
+        _keep_elapsed(a)
         outcome.stopped.append(a.spec.name)
 
 
@@ -155,13 +177,14 @@ def _finish(a: _Active, finish: Callable[[RunSpec, float, bool], dict], outcome:
     if a.reader is not None:
         a.reader.join(timeout=30)
     name = a.spec.name
+    _keep_elapsed(a)
     if a.process.returncode:
         why = a.error or f'exit status {a.process.returncode}'
         outcome.failed[name] = f'{why} (log: {a.log})'
         show(f'[failed] {name}: {outcome.failed[name]}')
         return
     try:
-        result = finish(a.spec, time.time() - a.start, a.resumed)
+        result = finish(a.spec, a.earlier + time.time() - a.start, a.resumed)
     except (OSError, ValueError, KeyError, RuntimeError, subprocess.CalledProcessError) as e:
         outcome.failed[name] = f'its result could not be read ({type(e).__name__}: {e}) (log: {a.log})'
         show(f'[failed] {name}: {outcome.failed[name]}')
@@ -173,17 +196,20 @@ def _finish(a: _Active, finish: Callable[[RunSpec, float, bool], dict], outcome:
 
 def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict], concurrent: int = 1,
             deadline: Optional[float] = None, estimate: Optional[float] = None, log_dir: Optional[Path] = None,
-            show: Callable[[str], None] = print, poll: float = 0.5, progress_every: float = 30.0) -> Outcome:
+            show: Callable[[str], None] = print, poll: float = 0.5, progress_every: Optional[float] = 30.0,
+            read_result: Callable[[Path], Dict[str, Any]] = lambda path: json.loads(path.read_text())) -> Outcome:
     """ Run `specs` (those not done yet), `concurrent` at a time, in the order given; `finish(spec, seconds,
-    resumed)` writes and returns a finished run's result. `deadline` is a time.monotonic() value; `estimate` the
-    seconds a run takes, before any has finished. KeyboardInterrupt (Ctrl-C, or SIGTERM turned into one) stops every
-    run under way and is raised again, the outcome in its `outcome` attribute. """
-    outcome = Outcome()
-    pending = [s for s in specs if not is_done(s.result_folder)]
-    for spec in specs:
-        if is_done(spec.result_folder):
-            outcome.finished[spec.name] = json.loads((spec.result_folder / RESULT_FILE).read_text())
-    total, active, longest, last_shown = len(specs), [], estimate or 0.0, time.monotonic()
+    resumed)` writes and returns a finished run's result (`seconds`: every part of the run). `deadline` is a
+    time.monotonic() value; `estimate` the seconds a run takes, until one has finished (then the longest finished
+    run's count). Progress is shown every `progress_every` seconds, or with None (off a terminal) once each time a
+    run ends an epoch. `read_result` reads a done run's result file. KeyboardInterrupt (Ctrl-C, or SIGTERM turned
+    into one) stops every run under way and is raised again, the outcome in its `outcome` attribute. """
+    outcome = Outcome(finished={s.name: read_result(s.result_folder / RESULT_FILE) for s in specs
+                                if is_done(s.result_folder)})
+    pending = [s for s in specs if s.name not in outcome.finished]
+    seconds = [r['seconds'] for r in outcome.finished.values() if r.get('seconds')]
+    longest = max(seconds) if seconds else estimate or 0.0
+    total, active, last_shown, shown_epochs = len(specs), [], time.monotonic(), 0
     finishing: Optional[_Active] = None
     try:
         while pending or active:
@@ -204,16 +230,20 @@ def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict]
                 finishing = a
                 _finish(a, finish, outcome, show)
                 finishing = None
-                if a.spec.name in outcome.finished:
-                    longest = max(longest, outcome.finished[a.spec.name]['seconds'])
+                if a.spec.name in outcome.finished:  # the estimate gives way to the runs that finished
+                    seconds.append(outcome.finished[a.spec.name]['seconds'])
+                    longest = max(seconds)
             if deadline is not None and time.monotonic() > deadline and active:
                 _stop(active, outcome)
                 show(f'[stopped] {", ".join(a.spec.name for a in active)}: at the time limit; their checkpoints '
                      f'resume them')
                 active = []
-            if active and time.monotonic() - last_shown > progress_every:
-                show(_progress(active, pending, outcome, total, concurrent))
+            epochs = sum(a.epoch for a in active)
+            if active and (time.monotonic() - last_shown > progress_every if progress_every is not None else
+                           epochs > shown_epochs):
+                show(_progress(active, pending, outcome, total, concurrent, estimate))
                 last_shown = time.monotonic()
+            shown_epochs = epochs
             time.sleep(poll)
     except KeyboardInterrupt as e:
         if finishing is not None:  # interrupted in its final evaluation: not finished, a later call takes it up

@@ -1,6 +1,10 @@
-""" One call of `compare` once its plan is checked: the runs trained side by side (`runner`), each finished run's
-result written from its summary, the answer written from every result in the folder (`report`), and a stop turned
-into one line that says how to continue. """
+""" One call of `compare` once its plan is checked: the runs trained side by side (`runner`), each on its share of
+the cores (`cores`), each finished run's result written from its summary, the answer written from every result in the
+folder (`report`), and a stop turned into one line that says how to continue.
+
+The exit status: 0 when every run of the plan has finished, 1 when a run failed, `UNFINISHED` (3) when the call ended
+with runs not finished (not started or stopped at `--time-limit`: the same command trains what is missing), 128 + N
+when signal N stopped it, 2 for bad input (before any work). """
 import argparse
 import datetime
 import json
@@ -10,16 +14,20 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from ..utils.atomic import atomic_file
-from .plan import Plan, run_name
-from .report import result_record, write_report
-from .runner import RESULT_FILE, RunSpec, read_summary, run_all
+from .cores import CoreShare
+from .estimate import RunEstimate
+from .plan import Plan, folder_name, run_name
+from .records import ELAPSED_FILE, RESULT_FILE, SETTINGS_FILE, read_elapsed, read_result, read_results, read_settings
+from .report import result_record, test_split_line, write_report
+from .runner import RunSpec, read_summary, run_all
 
-__all__ = ['train_and_report', 'report_only', 'estimate_run_seconds', 'device_record']
+__all__ = ['train_and_report', 'report_only', 'device_record', 'UNFINISHED']
 
 PROG = 'timm-structinit compare'
+UNFINISHED = 3  # runs left unfinished (the time limit): neither a failure nor a complete comparison
 
 
 def device_record(device: str) -> Dict[str, Any]:
@@ -33,55 +41,15 @@ def device_record(device: str) -> Dict[str, Any]:
     return dict(device=name, torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
 
 
-def startup_seconds() -> float:
-    """ What a run's process takes before its first step begins to count: a fresh interpreter importing the training
-    command (torch and timm with it), timed once. """
-    import subprocess
-    start = time.perf_counter()
-    subprocess.run([sys.executable, '-c', 'import timm_structinit.train'], capture_output=True, timeout=600)
-    return time.perf_counter() - start
-
-
-def estimate_run_seconds(train_args: argparse.Namespace, images: Tuple[int, int]) -> Tuple[float, float]:
-    """ A run's seconds and, of them, its process's start-up: the start-up timed (`startup_seconds`), the training
-    from three steps of the model `train_args` builds (the first arm's run) on a synthetic batch on the device (the
-    data path and the evaluations counted at the step's rate). What `--time-limit` is checked against. """
-    import timm
-    import torch
-    from ..train.inputs import model_factory_kwargs
-    device = torch.device(train_args.device)
-    # the model as the run builds it: the recipe's model arguments are merged into the arm's by then
-    kwargs = {'num_classes': 10, **model_factory_kwargs(train_args)}
-    model = timm.create_model(train_args.model, **kwargs).to(device)
-    optimizer = torch.optim.AdamW(model.parameters())
-    size = getattr(model.patch_embed, 'img_size', (32, 32)) if hasattr(model, 'patch_embed') else (32, 32)
-    x = torch.randn(train_args.batch_size, kwargs.get('in_chans', 3), *size, device=device)
-    y = torch.randint(0, 2, (train_args.batch_size,), device=device)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if device.type == 'cuda':
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    rate = train_args.batch_size / min(times[1:])
-    epochs = train_args.epochs + train_args.cooldown_epochs
-    evaluations = -(-epochs // train_args.val_interval)
-    startup = startup_seconds()
-    return startup + 1.2 * (epochs * images[0] + evaluations * images[1] / 3) / rate, startup  # forward: a third
-
-
-def _finish(plan: Plan, arm_of: Dict[str, Any], device: Dict[str, Any]):
+def _finish(arm_of: Dict[str, Any], device: Dict[str, Any]):
     def finish(spec: RunSpec, seconds: float, resumed: bool) -> dict:
         arm, seed = arm_of[spec.name]
         rows = [r for r in read_summary(spec.folder / 'summary.csv') if 'eval_top1' in r]
         if not rows:
             raise ValueError(f'{spec.folder / "summary.csv"} holds no evaluation')
+        parts = (read_elapsed(spec.folder / ELAPSED_FILE) or (seconds, 1))[1]
         result = result_record(arm.label, seed, rows, seconds, resumed, spec.command, device,
-                               datetime.datetime.now().isoformat(timespec='seconds'))
+                               datetime.datetime.now().isoformat(timespec='seconds'), parts)
         with atomic_file(spec.folder / RESULT_FILE) as tmp:
             tmp.write_text(json.dumps(result, indent=1) + '\n')
         return result
@@ -93,16 +61,17 @@ def _header(settings: Dict[str, Any], results: List[dict]) -> List[str]:
     devices = sorted({f'{r.get("device", "?")}, torch {r.get("torch", "?")}, timm {r.get("timm", "?")}'
                       for r in results})
     kwargs = ' '.join(f'{k}={v}' for k, v in settings['model_kwargs'].items())
-    return [f'- base model: `{settings["model"]}` {kwargs}'.rstrip(),
+    model = settings.get('model_built') or f'{settings["model"]} {kwargs}'.rstrip()
+    return [f'- model every run builds: `{model}`',
             f'- training options of every run: `{shlex.join(settings["train_options"])}`',
             f'- runs: {len(results)}' + (f', {dates[0]} to {dates[-1]}' if dates else ''),
             *[f'- device: {d}' for d in devices]]
 
 
-def _write(out: Path, settings: Dict[str, Any], arms: List[str], reference: str) -> Dict[str, Any]:
-    results = [json.loads(p.read_text()) for p in sorted((out / 'runs').glob(f'*/{RESULT_FILE}'))]
-    results = [r for r in results if r['arm'] in arms]
-    return write_report(out, settings, arms, reference, results, _header(settings, results))
+def _write(out: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
+    results = [r for r in read_results(out / 'runs', folder_name) if r['arm'] in settings['arms']]
+    return write_report(out, settings, settings['arms'], settings['reference'], results, _header(settings, results))
+
 
 
 def _print_answer(out: Path, summary: Dict[str, Any]) -> None:
@@ -111,50 +80,86 @@ def _print_answer(out: Path, summary: Dict[str, Any]) -> None:
         tail = '' if gain is None else f'  gain {gain["gain"]:+.2f}' + (
             f' ± {gain["half_width"]:.2f}' if gain['half_width'] is not None else '')
         print(f'{arm:24s} {s["seeds"]} seed(s)  final top-1 {s["final_mean"]:.2f}  best {s["best_mean"]:.2f}{tail}')
+    split = test_split_line(summary.get('test_split'))
+    if split:
+        print(split)
     print(summary['decision'])
     print(f'the answer: {out / "results.md"} (and results.json, curves.png)')
 
 
 def report_only(out: Path) -> int:
     from ..errors import ConfigError
-    path = out / 'compare.json'
-    if not path.is_file():
-        raise ConfigError(f'--report: {out} holds no comparison ({path} is missing); train one there first')
-    settings = json.loads(path.read_text())
-    _print_answer(out, _write(out, settings, settings['arms'], settings['reference']))
+    settings = read_settings(out / SETTINGS_FILE)
+    if settings is None:
+        raise ConfigError(f'--report: {out} holds no comparison ({out / SETTINGS_FILE} is missing); train one there '
+                          f'first')
+    _print_answer(out, _write(out, settings))
     return 0
 
 
-def train_and_report(args: argparse.Namespace, out: Path, plan: Plan, train_args: argparse.Namespace,
-                     images: Tuple[int, int], estimate: Optional[float]) -> int:
+def _minutes(seconds: float) -> str:
+    return f'{seconds / 60:.1f} min'
+
+
+def _time_line(pending: int, concurrent: int, estimate: Optional[RunEstimate], finished: List[dict]) -> str:
+    """ What the runs left will take: by the runs that finished once any has, else by the estimate. """
+    if finished:
+        seconds = [r['seconds'] for r in finished]
+        per_run = sum(seconds) / len(seconds)
+        how = (f'about {_minutes(per_run)} per run, as the {len(seconds)} finished run{"s" if len(seconds) > 1 else ""} '
+               f'took ({_minutes(min(seconds))} to {_minutes(max(seconds))})')
+    else:
+        per_arm = sorted(estimate.per_arm.values())
+        per_run = sum(per_arm) / len(per_arm)
+        span = _minutes(per_arm[0]) if per_arm[-1] < 1.1 * per_arm[0] else \
+            f'{per_arm[0] / 60:.1f} to {_minutes(per_arm[-1])}'
+        how = f'about {span} per run, estimated here ({estimate.describe()})'
+    if not pending:
+        return f'time: nothing left to train; {how}'
+    waves = -(-pending // concurrent)
+    return f'time: {how}; about {_minutes(waves * per_run)} for the {pending} run{"s" if pending > 1 else ""} left'
+
+
+def train_and_report(args: argparse.Namespace, out: Path, checked, share: CoreShare,
+                     estimate: Optional[RunEstimate], finished: List[dict]) -> int:
     from ..errors import exit_status
-    settings = json.loads((out / 'compare.json').read_text())
-    epochs = train_args.epochs + train_args.cooldown_epochs
+    plan: Plan = checked.plan
+    settings = read_settings(out / SETTINGS_FILE)
+    first_args = next(iter(checked.arm_args.values()))[0]
+    epochs = first_args.epochs + first_args.cooldown_epochs
     arm_of = {run_name(arm, seed): (arm, seed) for arm, seed in plan.runs()}
     runs_dir = out / 'runs'
-    specs = [RunSpec(run_name(arm, seed), plan.command(arm, seed, str(runs_dir)), runs_dir / run_name(arm, seed),
-                     epochs) for arm, seed in plan.runs()]
-    print(f'{len(specs)} runs ({len(plan.arms)} arms x {plan.seeds} seeds) of {plan.model} on {images[0]} training '
-          f'and {images[1]} evaluation images, {epochs} epochs each, {args.concurrent} at a time'
-          + (f'; about {estimate / 60:.1f} min per run' if estimate else ''), flush=True)
+    share_options = share.run_options(first_args.workers)
+    specs = [RunSpec(run_name(arm, seed), plan.command(arm, seed, str(runs_dir)) + share_options,
+                     runs_dir / run_name(arm, seed), epochs, env=share.run_env()) for arm, seed in plan.runs()]
+    pending = sum(not (s.folder / RESULT_FILE).is_file() for s in specs)
+    images = checked.images
+    print(f'{len(specs)} runs ({len(plan.arms)} arms x {plan.seeds} seeds) of {checked.model_built} on {images[0]} '
+          f'training and {images[1]} evaluation images, {epochs} epochs each', flush=True)
+    print(f'{args.concurrent} at a time, {share.description(first_args.workers)}', flush=True)
+    print(_time_line(pending, args.concurrent, estimate, finished), flush=True)
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
-    finish = _finish(plan, arm_of, device_record(train_args.device))
+    finish = _finish(arm_of, device_record(first_args.device))
 
     def show(line: str) -> None:
         print(line, flush=True)
     try:
-        outcome = run_all(specs, finish, args.concurrent, deadline, estimate, runs_dir, show)
+        outcome = run_all(specs, finish, args.concurrent, deadline, estimate.seconds if estimate else None,
+                          runs_dir, show, progress_every=30.0 if sys.stdout.isatty() else None,
+                          read_result=lambda path: read_result(path, folder_name))
     except KeyboardInterrupt as e:
-        _write(out, settings, settings['arms'], settings['reference'])  # the answer from the runs finished so far
+        _write(out, settings)  # the answer from the runs finished so far
         kept = len(getattr(e, 'outcome').finished) if hasattr(e, 'outcome') else 0
         print(f'{PROG}: stopped ({e.args[0] if e.args else "SIGINT"}): {kept} of {len(specs)} runs finished and kept, '
               f'the stopped ones keep their checkpoints; continue with: {PROG} {shlex.join(sys.argv[2:])}',
               file=sys.stderr)
         return exit_status(e)
-    summary = _write(out, settings, settings['arms'], settings['reference'])
+    summary = _write(out, settings)
     _print_answer(out, summary)
     unfinished = list(outcome.failed) + outcome.stopped + outcome.not_started
     if unfinished:
+        status = 1 if outcome.failed else UNFINISHED
         print(f'{PROG}: {len(unfinished)} of {len(specs)} runs not finished ({", ".join(unfinished)}); the same '
-              f'command trains what is missing', file=sys.stderr)
-    return 1 if outcome.failed else 0
+              f'command trains what is missing (exit status {status})', file=sys.stderr)
+        return status
+    return 0

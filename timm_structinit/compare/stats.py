@@ -11,7 +11,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-__all__ = ['ArmStats', 'Gain', 'arm_stats', 'welch_gain', 't_quantile', 'decide', 'CONFIDENCE']
+__all__ = ['ArmStats', 'Gain', 'arm_stats', 'welch_gain', 't_quantile', 'decide', 'beats_majority', 'not_learned',
+           'CONFIDENCE']
 
 CONFIDENCE = 0.95
 
@@ -115,6 +116,27 @@ def welch_gain(arm: str, finals: Sequence[float], plain: Sequence[float]) -> Gai
         return Gain(arm, gain, 0.0, math.inf)
     df = (va + vb) ** 2 / (va ** 2 / (len(finals) - 1) + vb ** 2 / (len(plain) - 1))
     return Gain(arm, gain, t_quantile(0.5 + CONFIDENCE / 2, df) * math.sqrt(va + vb), df)
+
+
+def beats_majority(arm: ArmStats, majority: float) -> bool:
+    """ Whether an arm's final top-1 beats the majority class beyond its seed spread: its mean less its standard
+    deviation over seeds above `majority` (one seed, no spread: its top-1 above it). """
+    return arm.final_mean - (arm.final_sd or 0.0) > majority
+
+
+def not_learned(arms: Sequence[ArmStats], chance: float, majority: float) -> Optional[str]:
+    """ The decision when no arm learned anything a classifier without the images could not do (always answering the
+    test split's largest class scores `majority`), else None: comparing inits on such runs tells nothing, and more
+    seeds would not change that. """
+    if not arms or any(beats_majority(a, majority) for a in arms):
+        return None
+    best = max(arms, key=lambda a: a.final_mean)
+    spread = f' ± {best.final_sd:.2f}' if best.final_sd is not None else ''
+    return (f'the runs did not learn: no arm beats the majority class of the test split ({majority:.2f}% top-1 by '
+            f'always answering its largest class; chance {chance:.2f}%) beyond its seed spread (best: {best.arm} '
+            f'{best.final_mean:.2f}{spread}), so they cannot tell the inits apart; train longer (--epochs), on more '
+            f'data (--train-subset), or a model the data suits (--model-kwargs: fewer or wider layers, another '
+            f'patch_size), then compare again')
 
 
 def decide(gains: List[Gain], seeds: Dict[str, int], plain: str) -> str:
