@@ -5,8 +5,8 @@ tolerance (`kernel_path_builds.TOLERANCE`: 1e-4 of each tensor's largest magnitu
 The paths any x86 machine can run, whatever its own: AVX2 kernels for torch and MKL (what an AVX2 machine runs), the
 scalar kernels, and MKL's conditional-numerical-reproducibility code path (MKL_CBWR=COMPATIBLE: other blockings and
 instruction sequences than its default, as an AVX-512 machine's MKL has). Two registered models are also built at
-their own size: ViT-B/16 impulse-3, whose solve takes the most L-BFGS evaluations of them (53, in float64), which
-carry a kernel's last bits furthest, and ViT-T/2 impulse-5, whose short solve runs in float32. """
+their own size: ViT-B/16 impulse-3, whose solve takes the most L-BFGS evaluations of them (53), which carry a
+kernel's last bits furthest, and ViT-T/2 impulse-5, the most solves (15). """
 import os
 import platform
 import subprocess

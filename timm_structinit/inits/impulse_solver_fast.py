@@ -40,16 +40,6 @@ def _row_space(x: torch.Tensor, rtol: float = 1e-3) -> Tuple[torch.Tensor, torch
     return (x64 @ v).to(x.dtype), v.to(x.dtype)
 
 
-# how long a solve runs in float32: at most FLOAT32_EVALS evaluations, and at most FLOAT32_WORK evaluations times the
-# width. Each L-BFGS step's accept-or-retry test and curvature pairs carry the last bits of one kernel path's
-# arithmetic into the next steps, the further the longer and the stiffer the solve (wider models, smaller grids). In
-# float32, two kernel paths (AVX-512 against the scalar kernels, the same draws) gave ViT-T's default 12-13
-# evaluations weights within 3e-6 of each other, width 384 within 1e-5 up to 16 evaluations but 1.3e-4 at its
-# default 25, width 768 4.7e-5 at 12 and 7e-2 at its default 53, and width 32 on a 4 x 4 grid (50 evaluations) 0.2;
-# every other solve runs in float64, where ViT-B's 53 evaluations came within 5e-6 (at about twice the float32 time)
-FLOAT32_EVALS = 16
-FLOAT32_WORK = 384 * 16
-
 # the closed-form start's Frobenius norm against the random start's (see `_closed_form_start`)
 WARM_START = 0.75
 
@@ -257,14 +247,14 @@ def solve_fast(
     solved, inverse, source, flipped, features = _solves(x, targets, reuse_solutions)
     count = solved.shape[0]
     wq, wk = _uniform_start(count, x.shape[-1], head_dim, num_heads, generator)
-    # a long or wide solve runs in float64 (`FLOAT32_EVALS`), so that the same draws give the same weights on every
-    # kernel path
-    short = iters <= FLOAT32_EVALS and iters * x.shape[-1] <= FLOAT32_WORK
-    precision = x.dtype if short else torch.float64
-    wq, wk = wq.to(precision), wk.to(precision)
+    # the solve in float64: each L-BFGS direction carries the last bits of the kernels' arithmetic, scaled by its
+    # inverse-Hessian estimate, into the next step; in float32 two kernel paths (AVX-512 against AVX2, the scalar
+    # kernels or another MKL path, the same draws) gave weights up to 7e-2 of the largest apart on ViT-B (53
+    # evaluations), 1.3e-4 on ViT-S (25) and 5e-5 at width 32 (12), in float64 within 1.3e-5 everywhere measured
+    wq, wk = wq.double(), wk.double()
     nq = wq.norm(dim=-2).mean()  # as the reference: the mean initial column norm over the batch's starts
     with denormals_flushed():
-        problem = _CappedProblem(x.to(precision), solved, wq, wk, nq, warm_start)
+        problem = _CappedProblem(x.double(), solved, wq, wk, nq, warm_start)
         z, _ = minimize(problem.value_and_grad, problem.start, iters, precond=problem.precond)
         wq, wk = problem.weights(z)
         wq, wk = wq.to(x.dtype), wk.to(x.dtype)
