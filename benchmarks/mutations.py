@@ -1,14 +1,19 @@
-""" Mutation testing of the init math and the resume path: realistic single bugs, each put into a copy of the package
-outside the repository, and the tests that should notice them run against it.
+""" Mutation testing of the init math and of the pipeline that trains and exports the models: realistic single bugs,
+each put into a copy of the package outside the repository, and the tests that should notice them run against it.
 
     python benchmarks/mutations.py --out benchmarks/results/mutations.txt
 
 Each mutation is one bug as someone could write it (a paper constant, a scale, a sign, which rows are Q and which K,
 a solve never written, a statistic the record misstates, the pseudo input, how offsets are drawn, what a resume
-restores), given as exact text replacements in the package's source. For each, the package and its tests are copied
-to a fresh temporary folder, the replacements made there (a mutant never touches the working tree), and the test
-files named for it run with that copy first on the path, until the first failure. The result lists every mutation
-with the test that caught it; a mutation no test fails is `SURVIVED`. `--only NAME ...` runs some of them.
+restores; a dataset split that leaks, a subset from the wrong split, a per-image seed or an order that ignores the
+epoch, shards that overlap or drop images, a flip or a normalisation gone wrong, an option that does not reach its
+loader, a schedule stepped at the wrong time, an accumulated update scaled wrongly, an EMA or a best checkpoint read
+from the wrong weights or in the wrong direction, an export that forgets its run's data config or picks the other
+weights), given as exact text replacements in the package's source. For each, the package and its tests are copied
+to a fresh temporary folder (beside a link to ../shared, whose data some tests read), the replacements made there (a
+mutant never touches the working tree), and the test files named for it run with that copy first on the path, until
+the first failure. The result lists every mutation with the test that caught it; a mutation no test fails is
+`SURVIVED`. `--only NAME ...` runs some of them.
 """
 import argparse
 import datetime
@@ -34,6 +39,11 @@ MIMETIC_TESTS = ('tests/test_references.py', 'tests/test_mimetic.py', '-k', 'mim
 IMPULSE_TESTS = ('tests/test_references.py', '-k', 'impulse and not threads')
 BOTH_TESTS = ('tests/test_references.py', 'tests/test_mimetic.py', '-k', 'not threads')
 RESUME_TESTS = ('tests/test_recipe_paths.py', '-k', 'resume or clip')
+# the pipeline's tests: each expected value comes from a definition, a hand-made case or timm's own code
+DATA_TESTS = 'tests/test_pipeline_data.py'
+LOADER_TESTS = 'tests/test_pipeline_loaders.py'
+TRAINING_TESTS = 'tests/test_pipeline_training.py'
+EXPORT_TESTS = 'tests/test_pipeline_export.py'
 
 
 @dataclass(frozen=True)
@@ -163,6 +173,194 @@ MUTATIONS = [
         ('train/loop.py', '            if args.clip_grad is not None:\n',
          '            if False:\n'),),
         RESUME_TESTS),
+
+    # the data: built-in splits, subsets
+    Mutation('digits-split-unseeded', "sklearn/digits split without its seed (each part drawn anew: they overlap)", (
+        ('data/digits.py', 'stratify=digits.target, random_state=self.split_seed)',
+         'stratify=digits.target, random_state=None)'),),
+        (DATA_TESTS, '-k', 'digits_parts')),
+    Mutation('digits-parts-swapped', "sklearn/digits trains on the 450 images of the test part and tests on the rest", (
+        ('data/digits.py', '        train_idx, test_idx = train_test_split(',
+         '        test_idx, train_idx = train_test_split('),),
+        (DATA_TESTS, '-k', 'digits_parts')),
+    Mutation('split-synonyms-of-every-kind', "a split folder is searched under every split name (val finds train/)", (
+        ('data/splits.py',
+         'synonyms = TRAIN_SPLITS if name in TRAIN_SPLITS else EVAL_SPLITS if name in EVAL_SPLITS else ()',
+         'synonyms = TRAIN_SPLITS + EVAL_SPLITS'),),
+        (DATA_TESTS, '-k', 'split_folder')),
+    Mutation('flowers-validation-is-train', "Flowers-102's validation split name reads its training split", (
+        ('data/torchvision_data.py', "('train', 'val', 'test'), {'train': 'train', 'test': 'test', 'val': 'val'}",
+         "('train', 'val', 'test'), {'train': 'train', 'test': 'test', 'val': 'train'}"),),
+        (DATA_TESTS, '-k', 'torchvision_parts')),
+    Mutation('subset-remainder-dropped', "--train-subset N keeps N // classes per class, fewer than N in all", (
+        ('data/dataset_factory.py',
+         'per_class = [num_samples // len(classes) + int(i < num_samples % len(classes)) for i in range(len(classes))]',
+         'per_class = [num_samples // len(classes) for i in range(len(classes))]'),),
+        (DATA_TESTS, '-k', 'subset_holds')),
+    Mutation('subset-not-drawn', "a subset takes the first images of each class whatever --subset-seed says", (
+        ('data/dataset_factory.py', 'chosen.append(rng.permutation(members)[:count])',
+         'chosen.append(members[:count])'),),
+        (DATA_TESTS, '-k', 'subset_holds')),
+    Mutation('val-subset-from-train', "--val-subset draws its images from the training split", (
+        ('train/build.py', 'dataset_eval = ClassBalancedSubset(dataset_eval, args.val_subset',
+         'dataset_eval = ClassBalancedSubset(dataset_train, args.val_subset'),),
+        (DATA_TESTS, '-k', 'own_split')),
+
+    # the data: per-image seeds of timm's loader, orders and shards of both loaders, evaluation counts
+    Mutation('item-seed-ignores-epoch', "the per-image augmentation seed leaves out the epoch", (
+        ('data/epoch_seeded.py', 'return _mix(_mix(_mix(seed & _MASK) ^ epoch) ^ index) >> 1',
+         'return _mix(_mix(_mix(seed & _MASK)) ^ index) >> 1'),),
+        (DATA_TESTS, '-k', 'per_image_seed or augmented_differently')),
+    Mutation('item-seed-ignores-index', "the per-image augmentation seed leaves out the image's index", (
+        ('data/epoch_seeded.py', 'return _mix(_mix(_mix(seed & _MASK) ^ epoch) ^ index) >> 1',
+         'return _mix(_mix(_mix(seed & _MASK) ^ epoch)) >> 1'),),
+        (DATA_TESTS, '-k', 'per_image_seed or augmented_differently')),
+    Mutation('copy-seed-ignores-copy', "under --aug-repeats every copy of an image gets the first copy's seed", (
+        ('data/epoch_seeded.py', 'return first if copy == 0 else _mix(first ^ _mix(copy)) >> 1', 'return first'),),
+        ('tests/test_repeated_augmentation.py', '-k', 'each_copy')),
+    Mutation('copy-number-from-last-copy', "a copy is numbered from the last copy of its image, not the first", (
+        ('data/epoch_seeded.py', 'first.setdefault(slot, position)', 'first[slot] = position'),),
+        ('tests/test_repeated_augmentation.py', '-k', 'copy_numbers')),
+    Mutation('timm-order-ignores-epoch', "timm's loader shuffles every epoch in the order of epoch 0", (
+        ('data/epoch_seeded.py', 'self.generator.manual_seed(item_seed(self.order_seed, epoch, -1 & _MASK))',
+         'self.generator.manual_seed(item_seed(self.order_seed, 0, -1 & _MASK))'),),
+        (DATA_TESTS, '-k', 'timms_training_order')),
+    Mutation('timm-sampler-seed-per-rank', "each process's distributed sampler seeded with --seed plus its rank", (
+        ('train/loaders.py', 'train_sampler.seed = args.seed  #', 'train_sampler.seed = args.seed + args.rank  #'),),
+        (DATA_TESTS, '-k', 'timms_samplers')),
+    Mutation('device-order-per-rank', "the device loader's processes each shuffle an order of their own", (
+        ('data/device_loader.py', 'shared = epoch_generator(self.seed, self.epoch, -1 % 2 ** 31, device)',
+         'shared = epoch_generator(self.seed, self.epoch, self.rank, device)'),),
+        (DATA_TESTS, '-k', 'device_loader_shards')),
+    Mutation('device-order-ignores-epoch', "the device loader shuffles every epoch in the order of epoch 0", (
+        ('data/device_loader.py', 'shared = epoch_generator(self.seed, self.epoch, -1 % 2 ** 31, device)',
+         'shared = epoch_generator(self.seed, 0, -1 % 2 ** 31, device)'),),
+        ('tests/test_loaders.py', '-k', 'batches_follow_the_epoch')),
+    Mutation('device-shards-unpadded', "the device loader's training shards rounded down (the tail never seen)", (
+        ('data/device_loader.py', 'return math.ceil(count / self.world_size)', 'return count // self.world_size'),),
+        (DATA_TESTS, '-k', 'device_loader_shards')),
+    Mutation('device-eval-drops-last-batch', "the device loader's evaluation drops its last, shorter batch", (
+        ('data/device_loader.py',
+         'return size // self.batch_size if self.shuffle else math.ceil(size / self.batch_size)',
+         'return size // self.batch_size'),),
+        (DATA_TESTS, '-k', 'device_loader_shards')),
+    Mutation('eval-padding-counted', "an evaluation counts the images timm's sampler repeats to even the shares", (
+        ('train/loop.py', "remaining = getattr(sampler, 'num_valid_samples', None)", 'remaining = None'),),
+        (DATA_TESTS, '-k', 'evaluation_counts')),
+
+    # the data: the transforms, and each option's way to its loader
+    Mutation('device-hflip-inverted', "the device transform mirrors with probability 1 - --hflip", (
+        ('data/device_transforms.py', 'hflip=flips[:, 0] < self.hflip if self.hflip > 0 else None',
+         'hflip=flips[:, 0] > self.hflip if self.hflip > 0 else None'),),
+        (LOADER_TESTS, '-k', 'flips_as_often')),
+    Mutation('device-flips-one-draw', "the device transform's vertical flip reuses the horizontal flip's draw", (
+        ('data/device_transforms.py', 'vflip=flips[:, 1] < self.vflip if self.vflip > 0 else None',
+         'vflip=flips[:, 0] < self.vflip if self.vflip > 0 else None'),),
+        (LOADER_TESTS, '-k', 'flips_as_often')),
+    Mutation('device-normalize-mean-unscaled', "the device loader normalises as (x / 255) / std - mean", (
+        ('data/device_transforms.py', 'return images.mul_(1.0 / (255.0 * std)).sub_(mean / std)',
+         'return images.mul_(1.0 / (255.0 * std)).sub_(mean)'),),
+        (LOADER_TESTS, '-k', 'mirrored_whole_image')),
+    Mutation('device-scale-default', "the device transform crops with timm's default --scale, not the option's", (
+        ('train/loaders.py', "config['input_size'], args.scale, args.ratio, args.hflip",
+         "config['input_size'], (0.08, 1.0), args.ratio, args.hflip"),),
+        (LOADER_TESTS, '-k', 'mirrored_whole_image')),
+    Mutation('timm-vflip-from-hflip', "timm's loader gets --hflip as its vertical flip probability", (
+        ('train/loaders.py', 'hflip=args.hflip, vflip=args.vflip', 'hflip=args.hflip, vflip=args.hflip'),),
+        (LOADER_TESTS, '-k', 'reaches_timms_loader')),
+    Mutation('device-erase-before-mix', "the device loader erases before it mixes, as timm's --no-prefetcher order", (
+        ('train/loaders.py', 'erase_after_mix = mixup is not None and not args.no_prefetcher',
+         'erase_after_mix = False'),),
+        ('tests/test_erasing_order.py',)),
+    Mutation('eval-crop-pct-inverted', "the device evaluation resizes to input * crop_pct, not input / crop_pct", (
+        ('data/device_transforms.py', 'short = math.floor(self.size[0] / self.crop_pct)',
+         'short = math.floor(self.size[0] * self.crop_pct)'),),
+        ('tests/test_batch_ops.py', '-k', 'eval_transform')),
+    Mutation('device-eval-crop-pct-ignored', "the device loader evaluates with crop_pct 1 whatever --crop-pct says", (
+        ('train/loaders.py', "evaluate = DeviceEvalTransform(config['input_size'], config['crop_pct'],",
+         "evaluate = DeviceEvalTransform(config['input_size'], 1.0,"),),
+        (LOADER_TESTS, '-k', 'evaluation_loader')),
+
+    # the training loop: schedule, accumulation, EMA, best checkpoint, resume
+    Mutation('sched-step-lags', "the per-epoch schedule is stepped to the epoch just trained, not the next", (
+        ('train/epochs.py', 'run.lr_scheduler.step(epoch + 1, metric)', 'run.lr_scheduler.step(epoch, metric)'),),
+        (TRAINING_TESTS, '-k', 'per_epoch_schedule')),
+    Mutation('val-interval-sched-not-stepped', "an epoch --val-interval does not evaluate does not step the schedule", (
+        ('train/epochs.py',
+         '                if run.lr_scheduler is not None:\n'
+         '                    run.lr_scheduler.step(epoch + 1, None)\n',
+         ''),),
+        (TRAINING_TESTS, '-k', 'per_epoch_schedule')),
+    Mutation('sched-counts-batches', "--sched-on-updates counts batches, not updates, under --grad-accum-steps", (
+        ('train/training_run.py', 'updates_per_epoch = updates_in(len(loader_train), args.grad_accum_steps)',
+         'updates_per_epoch = len(loader_train)'),),
+        (TRAINING_TESTS, '-k', 'per_update_schedule')),
+    Mutation('updates-rounded-down', "an epoch's shorter last group of batches is not counted as an update", (
+        ('train/epochs.py', 'return -(-num_batches // max(1, grad_accum_steps))',
+         'return num_batches // max(1, grad_accum_steps)'),),
+        (TRAINING_TESTS, '-k', 'per_update_schedule')),
+    Mutation('accum-loss-not-divided', "--grad-accum-steps N sums N batches' losses instead of averaging them", (
+        ('train/loop.py', '_backward(loss / group if group > 1 else loss,', '_backward(loss,'),),
+        ('tests/test_train_flags.py', '-k', 'grad_accum')),
+    Mutation('accum-last-group-by-n', "the epoch's shorter last group of batches is divided by N, not by its size", (
+        ('train/loop.py', 'group = num_batches - last_group_start if batch_idx >= last_group_start else accum',
+         'group = accum'),),
+        (TRAINING_TESTS, '-k', 'shorter_last_group')),
+    Mutation('accum-last-group-skipped', "the epoch's shorter last group of batches never makes its update", (
+        ('train/loop.py', 'need_update = batch_idx == num_batches - 1 or (batch_idx + 1) % accum == 0',
+         'need_update = (batch_idx + 1) % accum == 0'),),
+        ('tests/test_train_flags.py', '-k', 'grad_accum')),
+    Mutation('ema-decay-inverted', "the EMA built with 1 - --model-ema-decay as its decay", (
+        ('train/training_run.py', 'decay=args.model_ema_decay, use_warmup=args.model_ema_warmup',
+         'decay=1 - args.model_ema_decay, use_warmup=args.model_ema_warmup'),),
+        (TRAINING_TESTS, '-k', 'ema_averages')),
+    Mutation('ema-warmup-always', "the EMA warms its decay up whether --model-ema-warmup is given or not", (
+        ('train/training_run.py', 'decay=args.model_ema_decay, use_warmup=args.model_ema_warmup',
+         'decay=args.model_ema_decay, use_warmup=True'),),
+        (TRAINING_TESTS, '-k', 'ema_averages')),
+    Mutation('ema-columns-of-the-model', "the EMA's evaluation runs the model's weights", (
+        ('train/epochs.py', 'ema_metrics = validate(run.model_ema, loader_eval,',
+         'ema_metrics = validate(run.model, loader_eval,'),),
+        (TRAINING_TESTS, '-k', 'ema_columns')),
+    Mutation('best-by-model-metric', "checkpoints are ranked by the model's metric when the EMA is evaluated", (
+        ('train/epochs.py', 'return metrics, ema_metrics[args.eval_metric]',
+         'return metrics, metrics[args.eval_metric]'),),
+        (TRAINING_TESTS, '-k', 'best_checkpoint')),
+    Mutation('best-direction-ignored', "checkpoints are ranked highest first whatever --eval-metric (a loss too)", (
+        ('train/training_run.py', "decreasing=args.eval_metric == 'loss', max_history",
+         'decreasing=False, max_history'),),
+        (TRAINING_TESTS, '-k', 'best_checkpoint')),
+    Mutation('resume-schedule-restarted', "a resumed run's per-epoch schedule starts again at epoch 0", (
+        ('train/training_run.py', '            lr_scheduler.step(start_epoch)\n',
+         '            lr_scheduler.step(0)\n'),),
+        RESUME_TESTS),
+    Mutation('resume-ema-not-restored', "a resumed run's EMA starts from the resumed model, not the saved EMA", (
+        ('train/training_run.py',
+         '                model_ema.module.load_state_dict(ema_state_dict(inputs.resume))\n',
+         '                pass\n'),),
+        ('tests/test_loaders.py', '-k', 'resumes_bit_for_bit')),
+
+    # the export of a trained run
+    Mutation('export-data-config-dropped', "an export carries no data config from its run (the model's defaults)", (
+        ('hub/export.py', "data_config={k: args[k] for k in data_keys if args.get(k) not in (None, '')})",
+         'data_config=None)'),),
+        (EXPORT_TESTS, '-k', 'data_config')),
+    Mutation('export-crop-not-carried', "an export carries its run's input size, mean and std but not its crop", (
+        ('hub/export.py', "'mean', 'std', 'crop_pct', 'crop_mode', 'interpolation')",
+         "'mean', 'std', 'interpolation')"),),
+        (EXPORT_TESTS, '-k', 'data_config')),
+    Mutation('export-ema-by-default', "an export takes a checkpoint's EMA weights without --use-ema", (
+        ('hub/export.py', 'state_dict = load_state_dict(str(path), use_ema=use_ema)',
+         'state_dict = load_state_dict(str(path), use_ema=True)'),),
+        (EXPORT_TESTS, '-k', 'weights_asked')),
+    Mutation('export-num-classes-not-carried', "an export builds the model without the run's number of classes", (
+        ('hub/export.py', "trained = dict(num_classes=args.get('num_classes'), ", 'trained = dict('),),
+        ('tests/test_hub.py', '-k', 'test_export_trained_checkpoint')),
+    Mutation('card-metric-claimed-for-ema', "the card claims the run's metric for EMA weights of a run without EMA", (
+        ('hub/export.py', "of_these_weights=of_ema == ('ema' in meta['weights'])", 'of_these_weights=True'),),
+        ('tests/test_hub.py', '-k', 'ema_and_plain')),
+
+    # compare's statistics, decision and report: their mutations go here
 ]
 
 
@@ -189,7 +387,10 @@ def _failed_tests(output: str):
 def run_mutation(mutation: Mutation, timeout: float) -> Tuple[str, list, float]:
     """ ('caught' | 'SURVIVED' | 'timeout', the failed test ids, seconds) of one mutant in a fresh copy. """
     with tempfile.TemporaryDirectory(prefix='structinit-mutant-') as folder:
-        work = Path(folder)
+        work = Path(folder) / REPO.name
+        shared = REPO.parent / 'shared'
+        if shared.is_dir():  # the tests find ../shared (CIFAR-10, timm's scripts) beside the copy, as beside the repo
+            (Path(folder) / 'shared').symlink_to(shared, target_is_directory=True)
         _copy_tree(work)
         _apply(work, mutation)
         env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
