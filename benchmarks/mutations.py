@@ -76,13 +76,14 @@ MUTATIONS = [
          'vproj_identity: float = field(default=0.7')),
         MIMETIC_TESTS),
     Mutation('mimetic-noise-1/D', "noise Z ~ N(0, 1/D^2) (std 1/D, as some ports scale it) instead of N(0, 1/D)", (
-        ('inits/mimetic.py', 'normal_(0.0, 1.0 / math.sqrt(dim)', 'normal_(0.0, 1.0 / dim'),),
+        ('inits/mimetic.py', 'standard_normal(shape, generator, noise / math.sqrt(dim))',
+         'standard_normal(shape, generator, noise / dim)'),),
         MIMETIC_TESTS),
     Mutation('mimetic-noise-uniform', "noise drawn uniform (variance 1/D) by default instead of normal", (
         ('inits/mimetic.py', "noise_dist: str = field(default='normal'", "noise_dist: str = field(default='uniform'"),),
         MIMETIC_TESTS),
     Mutation('mimetic-uniform-variance', "noise_dist='uniform' on +-sqrt(1/D) (variance 1/(3D)), not +-sqrt(3/D)", (
-        ('inits/mimetic.py', '* 2 - 1) * math.sqrt(3 / dim)', '* 2 - 1) * math.sqrt(1 / dim)'),),
+        ('inits/mimetic.py', '.mul_(noise * math.sqrt(3 / dim))', '.mul_(noise * math.sqrt(1 / dim))'),),
         MIMETIC_TESTS),
     Mutation('mimetic-vproj-sign', "V/proj identity with sign +1 (W_v W_proj = a2 Z' + b2 I)", (
         ('inits/mimetic.py', 'vproj_sign: int = field(default=-1', 'vproj_sign: int = field(default=1'),),
@@ -123,7 +124,7 @@ MUTATIONS = [
          "'objective': (square - mass + count) / (n * n)"),),
         IMPULSE_TESTS),
     Mutation('pseudo-input-no-layernorm', "the pseudo input is the raw position table, without LayerNorm", (
-        ('inits/impulse.py', "    return F.layer_norm(table, (embed_dim,), eps=1e-5).float()\n",
+        ('inits/impulse.py', "    return F.layer_norm(table.double(), (embed_dim,), eps=1e-5).float()\n",
          "    return table.float()\n"),),
         IMPULSE_TESTS),
     Mutation('pseudo-input-prefix-row', "the pseudo input drops the last row instead of the class token's", (
