@@ -18,12 +18,14 @@ The factorizations (`truncated_factors`, `balanced_factors`) are exact for batch
 needs 48 factorizations of 192 x 192 matrices (ViT-B 156 of 768 x 768), the main cost of a mimetic init. The right
 singular vectors V come from the symmetric eigendecomposition of the Gram matrix A^T A, which costs less than an SVD
 (docs/benchmarks.md has the timings). At full rank (V/proj) every vector is kept and the product is A V V^T = A for
-any orthonormal V, so a float32 eigendecomposition serves (it mixes the eigenvectors of close singular values at the
-1e-5 level, which moves no product; each product is within ~5e-7 of B, and float32 costs less than float64). A
-truncation (Q/K) needs only the top k = D / h: there a float32 eigendecomposition gives the top k + 8, and a float64
-Rayleigh-Ritz step on their span separates the top k to float64 accuracy (each product within ~6e-7 of the exact
-rank-k truncation, for less than a float64 eigendecomposition costs). The factors are then built so that they are
-right whatever the precision of the small eigenvalues:
+any orthonormal V, but the factors themselves are the network's weights: a float32 eigendecomposition mixes the
+eigenvectors of close singular values at the 1e-5 to 1e-3 level, differently on each kernel path, so the float64 one
+is used. A truncation (Q/K) needs only the top k = D / h: there a float32 eigendecomposition gives the top k + 8,
+and a float64 Rayleigh-Ritz step on their span separates the top k to float64 accuracy (each product within ~6e-7 of
+the exact rank-k truncation, for less than a float64 eigendecomposition costs). Every eigenspace then takes its
+canonical basis (`canonical.canonical_basis`: signs, and a repeated value's basis, the same on every kernel path;
+an exactly repeated value at the cut, as in a noise-free A = b I, takes every vector first). The factors are then
+built so that they are right whatever the precision of the small eigenvalues:
 
     A V = U S                      (column i has norm s_i, measured, not taken from the eigenvalue)
     left  = A V / sqrt(|A v_i|)    = U S^1/2, each column of norm sqrt(s_i)
