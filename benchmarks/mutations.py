@@ -327,6 +327,10 @@ MUTATIONS = [
         ('train/epochs.py', 'return metrics, ema_metrics[args.eval_metric]',
          'return metrics, metrics[args.eval_metric]'),),
         (TRAINING_TESTS, '-k', 'best_checkpoint')),
+    Mutation('end-reports-cpu-ema', "a run resumed at its end reports the accuracy of an EMA kept on the CPU", (
+        ('train/epochs.py', 'validate(run.model_ema if run.ema_evaluated else run.model',
+         'validate(run.model_ema if run.model_ema is not None else run.model'),),
+        (TRAINING_TESTS, '-k', 'resumed_at_its_end')),
     Mutation('best-direction-ignored', "checkpoints are ranked highest first whatever --eval-metric (a loss too)", (
         ('train/training_run.py', "decreasing=args.eval_metric == 'loss', max_history",
          'decreasing=False, max_history'),),

@@ -187,3 +187,25 @@ def test_the_best_checkpoint_is_the_epoch_of_the_best_metric(tmp_path, monkeypat
     same = checkpoint(run / f'checkpoint-{epoch}.pth.tar')['state_dict']
     assert all(torch.equal(best['state_dict'][k], v) for k, v in same.items())
     assert f'(epoch {epoch + 1})' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('force_cpu', [False, True], ids=['ema-evaluated', 'ema-on-cpu'])
+def test_a_run_resumed_at_its_end_reports_the_weights_its_epochs_evaluated(tmp_path, capsys, force_cpu):
+    """ A checkpoint that already reached the final epoch is evaluated once more for the closing line: the EMA's
+    weights where the epochs evaluated the EMA, the model's where the EMA is kept on the CPU (timm evaluates it only
+    on the training device), so the line repeats the last epoch's metric. """
+    # an EMA that hardly moves from the start, and a model that learns: their top-1 on 100 images differ
+    ema = ['--model-ema', '--model-ema-decay', '0.9999', '--val-subset', 100, '--train-subset', 200,
+           *(['--model-ema-force-cpu'] if force_cpu else [])]
+    run = train(tmp_path, 'ended', *ema, '--opt', 'adamw', '--lr', 0.01, '--warmup-epochs', 0, '--epochs', 2)
+    row = summary(run)[-1]
+    last = float(row['eval_top1' if force_cpu else 'eval_ema_top1'])
+    if not force_cpu:
+        assert row['eval_top1'] != row['eval_ema_top1']  # the two weights tell apart
+    capsys.readouterr()
+    code = train_mod.main([str(a) for a in (*TINY, *DIGITS, *ema, '--opt', 'adamw', '--lr', 0.01, '--warmup-epochs',
+                                            0, '--epochs', 2, '--resume', run / 'last.pth.tar', '--output', tmp_path,
+                                            '--experiment', 'ended')])
+    assert code == 0
+    done = [line for line in capsys.readouterr().out.splitlines() if line.startswith('Done:')][-1]
+    assert f'final top-1 {last:.2f}%' in done, (last, done)

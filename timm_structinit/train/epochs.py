@@ -163,8 +163,9 @@ def finish_run(run: Run, history: List[Dict[str, Any]], eval_metrics: Dict[str, 
     if args.log_wandb and run.primary:
         import wandb
         wandb.finish()
-    if not history:  # the checkpoint had already reached the final epoch: report its accuracy
-        eval_metrics = validate(run.model_ema if run.model_ema is not None else run.model, run.loaders[1], args,
+    if not history:  # the checkpoint had already reached the final epoch: report its accuracy, of the weights the
+        # epochs evaluate (not an EMA kept on the CPU, which timm does not evaluate)
+        eval_metrics = validate(run.model_ema if run.ema_evaluated else run.model, run.loaders[1], args,
                                 run.device, run.amp_autocast, args.num_classes)
     if run.primary:
         parts = []
