@@ -310,6 +310,7 @@ def test_runs_at_chance_are_said_not_to_have_learned(tmp_path, capsys):
     assert 'more seeds' not in answer['decision']
     text = (tmp_path / 'results.md').read_text()
     assert 'chance 10.00% top-1, majority class 19.60%' in text and answer['decision'] in stdout
+    assert '- base model: `vit_tiny_patch2_32_gap_sincos`\n' in text  # a folder that did not record the model built
 
 
 def test_an_arm_above_the_majority_class_beyond_its_spread_has_learned(tmp_path, capsys):

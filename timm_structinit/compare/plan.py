@@ -81,7 +81,8 @@ def parse_arm(text: str, known_inits: Sequence[str]) -> Arm:
 def arm_setting(arm: Arm, family: str = 'vit') -> Optional[Tuple[str, Dict[str, Any]]]:
     """ What an arm trains with, whatever its spelling: None for the plain arm, else its init's name and every
     hyperparameter of it, its defaults and preset included (`impulse3` and `impulse:kernel_size=3` are one arm;
-    `mimetic`, `mimetic:` and `mimetic:qk_noise=0.7` too, as are `qk_noise=0.5` and `qk_noise=5e-1`). ValueError from the init's own check of the hyperparameters. """
+    `mimetic`, `mimetic:` and `mimetic:qk_noise=0.7` too, as are `qk_noise=0.5` and `qk_noise=5e-1`). ValueError
+    from the init's own check of the hyperparameters. """
     if arm.struct_init is None:
         return None
     import dataclasses

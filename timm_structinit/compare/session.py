@@ -61,8 +61,9 @@ def _header(settings: Dict[str, Any], results: List[dict]) -> List[str]:
     devices = sorted({f'{r.get("device", "?")}, torch {r.get("torch", "?")}, timm {r.get("timm", "?")}'
                       for r in results})
     kwargs = ' '.join(f'{k}={v}' for k, v in settings['model_kwargs'].items())
-    model = settings.get('model_built') or f'{settings["model"]} {kwargs}'.rstrip()
-    return [f'- model every run builds: `{model}`',
+    built = settings.get('model_built')  # recorded since the header names the model the runs build
+    model = f'- model every run builds: `{built}`' if built else f'- base model: `{settings["model"]}` {kwargs}'
+    return [model.rstrip(),
             f'- training options of every run: `{shlex.join(settings["train_options"])}`',
             f'- runs: {len(results)}' + (f', {dates[0]} to {dates[-1]}' if dates else ''),
             *[f'- device: {d}' for d in devices]]
@@ -106,8 +107,9 @@ def _time_line(pending: int, concurrent: int, estimate: Optional[RunEstimate], f
     if finished:
         seconds = [r['seconds'] for r in finished]
         per_run = sum(seconds) / len(seconds)
-        how = (f'about {_minutes(per_run)} per run, as the {len(seconds)} finished run{"s" if len(seconds) > 1 else ""} '
-               f'took ({_minutes(min(seconds))} to {_minutes(max(seconds))})')
+        runs = f'{len(seconds)} finished run{"s" if len(seconds) > 1 else ""}'
+        how = (f'about {_minutes(per_run)} per run, as the {runs} took ({_minutes(min(seconds))} to '
+               f'{_minutes(max(seconds))})')
     else:
         per_arm = sorted(estimate.per_arm.values())
         per_run = sum(per_arm) / len(per_arm)
