@@ -386,6 +386,27 @@ def test_the_estimate_times_the_runs_data_path(tmp_path, capsys, monkeypatch):
     assert float(re.search(r'8 epochs of about ([0-9.]+) s', err).group(1)) >= 0.7, err  # and the model's steps
 
 
+def test_the_estimate_is_made_beside_the_runs_trained_at_the_same_time(tmp_path, capsys):
+    """ Two runs at a time: the estimate times a run while one more of the comparison's runs trains beside it. """
+    code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--inits', 'plain', 'mimetic', '--concurrent', '2',
+                                  '--time-limit', '0.5'], capsys)
+    assert code == 2 and err.count('\n') == 1 and ', 1 run beside it), so no run would fit' in err, err
+
+
+def test_the_runs_beside_the_estimate_train_until_it_is_made_and_leave_nothing(tmp_path, monkeypatch):
+    """ Each run beside the estimate is started at once, waited for until it says it trains, then stopped (as
+    Ctrl-C stops a run) with its temporary folder removed. """
+    from timm_structinit.compare import estimate
+    monkeypatch.setattr(estimate.tempfile, 'tempdir', str(tmp_path))
+    code = ('import sys, time; print("Output: " + sys.argv[sys.argv.index("--output") + 1], flush=True); '
+            'time.sleep(60)')
+    with estimate._runs_beside([sys.executable, '-c', code], 2, {}) as begun:
+        start = time.monotonic()
+        begun()
+        assert time.monotonic() - start < 30
+        assert len(list(tmp_path.iterdir())) == 1  # their folder, while they train
+    assert list(tmp_path.iterdir()) == []
+
 def test_finished_runs_take_the_place_of_the_estimate(tmp_path, capsys, monkeypatch):
     """ A folder where one run has finished in 600 s: --time-limit goes by it (not by a fresh estimate, which would
     say seconds for this tiny model), before anything is trained or estimated. """

@@ -268,8 +268,11 @@ def run(args: argparse.Namespace) -> int:
     checked = _plan(args, out, saved['arms'] if saved else [])
     _check_same_settings(out, checked.plan, saved)
     share = core_share(args.concurrent)
-    # once a run has finished, the runs that finished say what a run takes; before, the estimate
-    estimate = None if finished else estimate_runs(checked.arm_args, share, checked.checks)
+    # once a run has finished, the runs that finished say what a run takes; before, the estimate, made beside the
+    # runs --concurrent trains at the same time (the comparison's first run, into a temporary folder)
+    first_args = next(iter(checked.arm_args.values()))[0]
+    beside = checked.plan.command(checked.plan.arms[0], 0, str(out / 'runs')) + share.run_options(first_args.workers)
+    estimate = None if finished else estimate_runs(checked.arm_args, share, checked.checks, beside)
     seconds = max(r['seconds'] for r in finished) if finished else estimate.seconds
     if args.time_limit is not None and seconds > args.time_limit:
         how = (f'the longest of the {len(finished)} finished runs took {seconds:.0f} s' if finished else

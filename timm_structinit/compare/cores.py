@@ -1,7 +1,7 @@
 """ Each run's share of the CPU cores when `--concurrent N` runs train side by side: torch's threads and the loader's
 worker processes of every run are sized to its share, so that N runs do not each start a team of threads and
 workers for the whole machine (which, on 2 cores, left four or more busy processes per core and threads spinning on
-each other). The estimate times a run on one share (`on_share`). """
+each other). The estimate times a run with one share's threads (`on_share`). """
 import contextlib
 import os
 from dataclasses import dataclass
@@ -62,17 +62,11 @@ def core_share(concurrent: int) -> CoreShare:
 
 @contextlib.contextmanager
 def on_share(share: CoreShare) -> Iterator[None]:
-    """ This process (and the processes it starts meanwhile: a loader's workers, a fresh interpreter) on one run's
-    share: torch's threads, and where the system allows, the cores it may run on. """
+    """ This process's torch threads as one run's share gives them, while the context lasts. """
     import torch
     threads = torch.get_num_threads()
-    affinity = os.sched_getaffinity(0) if hasattr(os, 'sched_getaffinity') else None
     torch.set_num_threads(share.threads())
-    if affinity is not None and share.per_run < len(affinity):
-        os.sched_setaffinity(0, sorted(affinity)[:share.per_run])
     try:
         yield
     finally:
         torch.set_num_threads(threads)
-        if affinity is not None:
-            os.sched_setaffinity(0, affinity)

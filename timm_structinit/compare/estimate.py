@@ -1,5 +1,7 @@
 """ What a run of a comparison takes here, before any run has finished: each part of a run timed as the run does it,
-on one run's share of the cores (`cores.on_share`), on the device.
+with one run's share of the cores (`cores.on_share`), on the device, and beside the runs that `--concurrent` trains
+at the same time: those are started for real (the comparison's first run, each into a temporary folder), so that
+the probe shares the cores, the device and whatever else runs on the machine as a run will share them.
 
 * start-up: a fresh interpreter importing the training command, timed; the checks of the run's arguments as `compare`
   timed them;
@@ -11,18 +13,21 @@ on one run's share of the cores (`cores.on_share`), on the device.
   EMA), one batch and then a few, so that what starts a loader's epoch is counted once per epoch and what starts
   its workers once per run; the evaluations likewise (`train.loop.validate`), and a checkpoint written.
 
-When the runs outnumber the cores, each core is shared and the time scaled by the crowding. Nothing is written
-outside a temporary folder. """
+Nothing is written outside temporary folders. """
 import argparse
+import contextlib
 import copy
 import math
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .cores import CoreShare, on_share
 
@@ -32,6 +37,7 @@ __all__ = ['RunEstimate', 'estimate_runs', 'startup_seconds']
 # second to second where other work shares it), a whole epoch at most, and this many batches at least
 _TRAIN_SECONDS, _EVAL_SECONDS, _MIN_BATCHES = 10.0, 3.0, 3
 _MASS_IMAGES = 64  # the target-mass tracker's batch (diagnostics.mass_tracking.MASS_IMAGES)
+_BESIDE_START_SECONDS = 300.0  # how long the timed passes wait for the runs beside them to begin their epochs
 
 
 @dataclass
@@ -44,7 +50,7 @@ class RunEstimate:
     evaluation: float
     epochs: int
     evaluations: int
-    crowding: float
+    beside: int  # the runs trained beside the probe
     per_arm: Dict[str, float] = field(default_factory=dict)
 
     @property
@@ -52,8 +58,9 @@ class RunEstimate:
         return max(self.per_arm.values())
 
     def describe(self) -> str:
+        beside = f', {self.beside} run{"s" if self.beside > 1 else ""} beside it' if self.beside else ''
         return (f'{self.startup:.0f} s to start, {self.setup:.0f} s to build, then {self.epochs} epochs of about '
-                f'{self.epoch:.1f} s and {self.evaluations} evaluations of about {self.evaluation:.1f} s')
+                f'{self.epoch:.1f} s and {self.evaluations} evaluations of about {self.evaluation:.1f} s{beside}')
 
 
 def startup_seconds() -> float:
@@ -104,6 +111,45 @@ def _per_batch(run_pass, loader, available: int, seconds: float) -> Tuple[float,
     return per_batch, max(one - per_batch, 0.0), max(first - one, 0.0)
 
 
+def _watch(process: subprocess.Popen, begun: threading.Event) -> None:
+    """ Read a run's output until it ends; `begun` once it has begun its epochs (the training command says where
+    it writes, then trains), or ended. """
+    for line in process.stdout:
+        if line.startswith('Output: '):
+            begun.set()
+    begun.set()
+
+
+@contextlib.contextmanager
+def _runs_beside(command: Optional[List[str]], count: int, env: Dict[str, str]) -> Iterator[Callable[[], None]]:
+    """ `count` runs of the training `command` started now, each into a temporary folder, as `--concurrent` will
+    train them beside each run; gives the function that waits until each has begun its epochs. They are stopped (as
+    Ctrl-C stops a run) and their folder removed on leaving, however it is left. """
+    processes, begun = [], []
+    folder = tempfile.mkdtemp(prefix='compare-estimate-') if command and count else None
+    try:
+        for i in range(count if folder else 0):
+            process = subprocess.Popen([*command, '--output', folder, '--experiment', f'beside{i}'],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       env={**os.environ, **env, 'PYTHONUNBUFFERED': '1'})
+            processes.append(process)
+            begun.append(threading.Event())
+            threading.Thread(target=_watch, args=(process, begun[-1]), daemon=True).start()
+        yield lambda: [event.wait(_BESIDE_START_SECONDS) for event in begun]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _sync(device) -> None:
     import torch
     if device.type == 'cuda':
@@ -125,63 +171,76 @@ def _arm_builds(arm_args: Dict[str, Tuple[argparse.Namespace, Any]]) -> Tuple[Di
     return builds, tracked
 
 
-def estimate_runs(arm_args: Dict[str, Tuple[argparse.Namespace, Any]], share: CoreShare,
-                  checks: float) -> RunEstimate:
+def estimate_runs(arm_args: Dict[str, Tuple[argparse.Namespace, Any]], share: CoreShare, checks: float,
+                  command: Optional[List[str]] = None) -> RunEstimate:
     """ The seconds of a run of each arm (`arm_args`: label -> the run's checked arguments and the inputs its checks
     read; every arm trains the same network on the same data, so the epochs are timed on the first arm's model),
-    on one share of the cores; `checks`: the seconds its arguments' checks took. """
+    with one share of the cores, beside `share.concurrent - 1` runs of `command` (the training command of the
+    comparison's first run); `checks`: the seconds its arguments' checks took. """
+    first_args = next(iter(arm_args.values()))[0]
+    args = copy.deepcopy(first_args)
+    args.workers = share.workers(args.workers)
+    args.distributed, args.world_size, args.rank, args.local_rank = False, 1, 0, 0
+    beside = share.concurrent - 1 if command else 0
+    with _runs_beside(command, beside, share.run_env()) as begun, on_share(share):
+        startup = startup_seconds()  # as the runs start: side by side
+        parts = _time_parts(args, arm_args, begun)
+    epochs = args.epochs + args.cooldown_epochs
+    evaluations = len([e for e in range(epochs) if (e + 1) % args.val_interval == 0 or e + 1 == epochs])
+    evaluated_models = 2 if args.model_ema and not args.model_ema_force_cpu else 1
+    epoch = parts['pass_start'] + parts['step'] * parts['batches']
+    evaluation = (evaluated_models * (parts['eval_pass_start'] + parts['eval_step'] * parts['eval_batches'])
+                  + 2 * parts['save'])
+    batch_size = args.validation_batch_size or args.batch_size
+    mass = parts['eval_step'] * min(_MASS_IMAGES, parts['eval_images']) / batch_size  # first, then per evaluation
+    common = (startup + checks + parts['data'] + parts['loaders'] + parts['loader_start'] + parts['eval_loader_start']
+              + epochs * epoch + evaluations * evaluation)
+    per_arm = {label: common + parts['builds'][label] + (evaluations + 1) * mass * parts['tracked'][label]
+               for label in arm_args}
+    return RunEstimate(startup + checks, parts['data'] + parts['loaders'] + max(parts['builds'].values()), epoch,
+                       evaluation, epochs, evaluations, beside, per_arm)
+
+
+def _time_parts(args: argparse.Namespace, arm_args: Dict[str, Tuple[argparse.Namespace, Any]],
+                begun: Callable[[], None]) -> Dict[str, Any]:
+    """ The seconds of each part of a run of `args` (the first arm's, on one share), by name; `begun` waits until
+    the runs beside it train. """
     import torch
     from timm.utils import ModelEmaV3
     from ..train.build import build_datasets, build_model, build_optimizer, data_config
     from ..train.loaders import build_loaders
     from ..train.loop import train_one_epoch, validate
-    first_args, first_inputs = next(iter(arm_args.values()))
-    args = copy.deepcopy(first_args)
-    args.workers = share.workers(args.workers)
-    args.distributed, args.world_size, args.rank, args.local_rank = False, 1, 0, 0
     device = torch.device(args.device)
-    with on_share(share):
-        startup = startup_seconds()
-        start = time.perf_counter()
-        datasets = build_datasets(args)
-        data = time.perf_counter() - start
-        builds, tracked = _arm_builds({label: (copy.deepcopy(a), i) for label, (a, i) in arm_args.items()})
-        model = build_model(args, first_inputs)
-        start = time.perf_counter()
-        config = data_config(args, model, datasets)
-        model.to(device)
-        optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
-        model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup,
-                               device='cpu' if args.model_ema_force_cpu else None) if args.model_ema else None
-        loader_train, loader_eval, _, mixup, loss_fn = build_loaders(args, config, *datasets, device)
-        loaders = time.perf_counter() - start  # the device loader decodes every image here
-        batches, eval_batches = len(loader_train), len(loader_eval)
-        mixup_fn = mixup if args.no_prefetcher and args.loader == 'timm' else None
+    start = time.perf_counter()
+    datasets = build_datasets(args)
+    parts: Dict[str, Any] = dict(data=time.perf_counter() - start, eval_images=len(datasets[1]))
+    parts['builds'], parts['tracked'] = _arm_builds({k: (copy.deepcopy(a), i) for k, (a, i) in arm_args.items()})
+    model = build_model(args, next(iter(arm_args.values()))[1])
+    start = time.perf_counter()
+    config = data_config(args, model, datasets)
+    model.to(device)
+    optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
+    model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup,
+                           device='cpu' if args.model_ema_force_cpu else None) if args.model_ema else None
+    loader_train, loader_eval, _, mixup, loss_fn = build_loaders(args, config, *datasets, device)
+    parts['loaders'] = time.perf_counter() - start  # the device loader decodes every image here
+    parts['batches'], parts['eval_batches'] = len(loader_train), len(loader_eval)
+    mixup_fn = mixup if args.no_prefetcher and args.loader == 'timm' else None
 
-        def train(loader: _FirstBatches) -> None:
-            train_one_epoch(0, model, loader, optimizer, loss_fn, args, device, amp_autocast=amp_autocast,
-                            loss_scaler=loss_scaler, model_ema=model_ema, mixup_fn=mixup_fn)
-            _sync(device)
+    def train(loader: _FirstBatches) -> None:
+        train_one_epoch(0, model, loader, optimizer, loss_fn, args, device, amp_autocast=amp_autocast,
+                        loss_scaler=loss_scaler, model_ema=model_ema, mixup_fn=mixup_fn)
+        _sync(device)
 
-        def evaluate(loader: _FirstBatches) -> None:
-            validate(model, loader, args, device, amp_autocast, args.num_classes)
-            _sync(device)
-        step, pass_start, loader_start = _per_batch(train, loader_train, batches, _TRAIN_SECONDS)
-        eval_step, eval_pass_start, eval_loader_start = _per_batch(evaluate, loader_eval, eval_batches,
-                                                                   _EVAL_SECONDS)
-        with tempfile.TemporaryDirectory() as folder:  # a checkpoint: the last, and sometimes the best, each time
-            save = _timed(lambda: torch.save(dict(state_dict=model.state_dict(), optimizer=optimizer.state_dict()),
-                                             os.path.join(folder, 'checkpoint.pth.tar')))
-    epochs = args.epochs + args.cooldown_epochs
-    evaluations = len([e for e in range(epochs) if (e + 1) % args.val_interval == 0 or e + 1 == epochs])
-    evaluated_models = 2 if args.model_ema and not args.model_ema_force_cpu else 1
-    epoch = pass_start + step * batches
-    evaluation = evaluated_models * (eval_pass_start + eval_step * eval_batches) + 2 * save
-    batch_size = args.validation_batch_size or args.batch_size
-    mass = eval_step * min(_MASS_IMAGES, len(datasets[1])) / batch_size  # before training, then per evaluation
-    common = (startup + checks + data + loaders + loader_start + eval_loader_start + epochs * epoch
-              + evaluations * evaluation)
-    per_arm = {label: share.crowding * (common + builds[label] + (evaluations + 1) * mass * tracked[label])
-               for label in arm_args}
-    return RunEstimate(startup + checks, data + loaders + max(builds.values()), epoch, evaluation, epochs,
-                       evaluations, share.crowding, per_arm)
+    def evaluate(loader: _FirstBatches) -> None:
+        validate(model, loader, args, device, amp_autocast, args.num_classes)
+        _sync(device)
+    begun()
+    parts['step'], parts['pass_start'], parts['loader_start'] = _per_batch(
+        train, loader_train, parts['batches'], _TRAIN_SECONDS)
+    parts['eval_step'], parts['eval_pass_start'], parts['eval_loader_start'] = _per_batch(
+        evaluate, loader_eval, parts['eval_batches'], _EVAL_SECONDS)
+    with tempfile.TemporaryDirectory() as folder:  # a checkpoint: the last, and sometimes the best, each time
+        parts['save'] = _timed(lambda: torch.save(
+            dict(state_dict=model.state_dict(), optimizer=optimizer.state_dict()), os.path.join(folder, 'c.pth')))
+    return parts
