@@ -339,3 +339,34 @@ def test_documented_command_runs(doc, line, workdirs, monkeypatch, capsys):
     for other in [*(o for o in earlier if o not in done), line]:
         done.add(other)  # tried once: a command that fails is reported by its own test, not run again
         _run_line(other, workdir, capsys)
+
+
+# --- the main job's time ---------------------------------------------------------------------------------------------
+
+RECIPE_HEADERS = [REPO / 'timm_structinit' / 'recipes' / 'digits.yaml']
+MAIN_JOB = re.compile(r'main job|timm-structinit-train -c digits\b', re.I)
+# the one way its time is stated: the figure measured and the machine it was measured on
+MAIN_JOB_TIME = re.compile(r'\b(\d+) s on (?:a|an idle) 2-core machine')
+# a time as prose writes one: '75 s', '3.1-9.4 minutes', 'a minute', 'a few minutes', 'several minutes'
+DURATION = re.compile(r'\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:s|secs?|seconds?|min|mins|minutes?|h|hours?)\b'
+                      r'|\b(?:an?|one|few|several|two|three)(?: few)? (?:seconds?|minutes?|hours?)\b', re.I)
+
+
+def _paragraphs(path: Path):
+    """ The paragraphs of a document, or of a recipe's header comment, each on one line. """
+    text = path.read_text(encoding='utf-8')
+    if path.suffix == '.yaml':
+        text = '\n'.join(line.lstrip('#') for line in text.splitlines() if line.startswith('#'))
+    return [' '.join(paragraph.split()) for paragraph in re.split(r'\n\s*\n', text)]
+
+
+def test_the_main_job_takes_one_stated_time_wherever_a_time_is_given_for_it():
+    stated, other_times = {}, []
+    for path in [*DOCS, *RECIPE_HEADERS]:
+        for paragraph in filter(MAIN_JOB.search, _paragraphs(path)):
+            stated.setdefault(path.relative_to(REPO).as_posix(), set()).update(MAIN_JOB_TIME.findall(paragraph))
+            other_times += [(path.name, t) for t in DURATION.findall(MAIN_JOB_TIME.sub('', paragraph))]
+    assert other_times == [], other_times  # a time given for the main job that is not the measured one
+    assert len(set().union(*stated.values())) == 1, stated
+    assert {path for path, figures in stated.items() if figures} >= {
+        'README.md', 'docs/training.md', 'timm_structinit/recipes/digits.yaml'}
