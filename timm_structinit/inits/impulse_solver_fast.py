@@ -247,10 +247,8 @@ def solve_fast(
     solved, inverse, source, flipped, features = _solves(x, targets, reuse_solutions)
     count = solved.shape[0]
     wq, wk = _uniform_start(count, x.shape[-1], head_dim, num_heads, generator)
-    # the solve in float64: each L-BFGS direction carries the last bits of the kernels' arithmetic, scaled by its
-    # inverse-Hessian estimate, into the next step; in float32 two kernel paths (AVX-512 against AVX2, the scalar
-    # kernels or another MKL path, the same draws) gave weights up to 7e-2 of the largest apart on ViT-B (53
-    # evaluations), 1.3e-4 on ViT-S (25) and 5e-5 at width 32 (12), in float64 within 1.3e-5 everywhere measured
+    # in float64: L-BFGS carries the kernels' last bits into its steps (in float32 two kernel paths gave ViT-B weights
+    # 7e-2 of the largest apart, ViT-S 1.3e-4, width 32 5e-5; in float64 within 1.3e-5: docs/benchmarks.md)
     wq, wk = wq.double(), wk.double()
     nq = wq.norm(dim=-2).mean()  # as the reference: the mean initial column norm over the batch's starts
     with denormals_flushed():
@@ -259,16 +257,21 @@ def solve_fast(
         wq, wk = problem.weights(z)
         wq, wk = wq.to(x.dtype), wk.to(x.dtype)
         stats = map_stats(x, wq, wk, solved)
-    wq, wk = wq[source], wk[source]
-    if flipped is not None:  # the transposed grid's solution: the same weights with the h and w features swapped
-        wq = torch.where(flipped[:, None, None], wq[:, features], wq)
-        wk = torch.where(flipped[:, None, None], wk[:, features], wk)
-    wq, wk = wq[inverse], wk[inverse]
+    wq, wk = (_per_head(w, inverse, source, flipped, features) for w in (wq, wk))
     if reuse_solutions:
         perm, signs = _signed_permutation(targets.shape[0], head_dim, generator)
         wq, wk = (w.gather(-1, perm.unsqueeze(1).expand_as(w)) * signs for w in (wq, wk))
     info = {key: value[source][inverse] for key, value in stats.items()}
     return wq, wk, dict(info, nq=[float(nq)], iters=iters, solves=count, warm_start=warm_start)
+
+
+def _per_head(w: torch.Tensor, inverse, source, flipped, features) -> torch.Tensor:
+    """ Each head's weights (heads, D, k) from the solves' (solves, D, k), as `_solves` maps them: its target's
+    solve, with the h and w features swapped where the target is that solve's grid transpose. """
+    w = w[source]
+    if flipped is not None:
+        w = torch.where(flipped[:, None, None], w[:, features], w)
+    return w[inverse]
 
 
 def _solves(x: torch.Tensor, targets: torch.Tensor, reuse_solutions: bool):
