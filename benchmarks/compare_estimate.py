@@ -4,9 +4,10 @@ the command made for its arm before any run had started (`compare.json`'s `estim
 average is sampled while the runs train, as the runs share the machine with whatever else runs there.
 
 Cases: `digits`, the package's digits recipe as compare runs it (`-c digits`: 30 epochs of the 1,347 bundled digits,
-workers 0, width 64, depth 4 on 16 px), one seed per arm; `cifar`, a 1,000-image class-balanced subset of CIFAR-10
-as JPEGs (an ImageFolder: decoded and augmented in timm's loader workers), 4 epochs of a width-64, depth-4, patch-4
-ViT, two runs at a time.
+workers 0, width 64, depth 4 on 16 px), one seed per arm, one run at a time; `cifar`, a 1,000-image class-balanced
+subset of CIFAR-10 as JPEGs (an ImageFolder: decoded and augmented in timm's loader workers), 4 epochs of a width-64,
+depth-4, patch-4 ViT, two seeds per arm, two runs at a time (three full pairs: the estimate is of a run with the
+others `--concurrent` trains beside it; a run left alone in a last, partial pair takes less).
 
     nice -n 10 python benchmarks/compare_estimate.py --data-dir ../shared/data/cifar10 \
         --out benchmarks/results/compare_estimate.txt
@@ -37,7 +38,7 @@ def case_commands(data_dir: str) -> Dict[str, List[str]]:
         'cifar': ['--dataset', '', '--data-dir', data_dir, '--val-split', 'test', '--train-subset', '1000',
                   '--val-subset', '500', '--epochs', '4', '-b', '64', '--opt', 'adamw', '--lr', '1e-3',
                   '--warmup-epochs', '1', '--model-kwargs', 'embed_dim=64', 'depth=4', 'num_heads=4', 'patch_size=4',
-                  '--seeds', '1', '--concurrent', '2', '--device', 'cpu'],
+                  '--seeds', '2', '--concurrent', '2', '--device', 'cpu'],
     }
 
 
