@@ -33,9 +33,10 @@ from .cores import CoreShare, on_share
 
 __all__ = ['RunEstimate', 'estimate_runs', 'startup_seconds']
 
-# the batches of a loader timed after its first: a pass of this many seconds at least (the machine's load varies from
-# second to second where other work shares it), a whole epoch at most, and this many batches at least
-_TRAIN_SECONDS, _EVAL_SECONDS, _MIN_BATCHES = 10.0, 3.0, 3
+# the batches of a loader timed after its first: a pass of this many seconds at least (where other work shares the
+# machine its load varies over tens of seconds, and a run's speed with it; 10 s passes were off by 1.6x), a whole
+# epoch at most, and this many batches at least
+_TRAIN_SECONDS, _EVAL_SECONDS, _MIN_BATCHES = 30.0, 5.0, 3
 _MASS_IMAGES = 64  # the target-mass tracker's batch (diagnostics.mass_tracking.MASS_IMAGES)
 _BESIDE_START_SECONDS = 300.0  # how long the timed passes wait for the runs beside them to begin their epochs
 
