@@ -3,17 +3,18 @@ each put into a copy of the package outside the repository, and the tests that s
 
     python benchmarks/mutations.py --out benchmarks/results/mutations.txt
 
-Each mutation is one bug as someone could write it (a paper constant, a scale, a sign, which rows are Q and which K,
-a solve never written, a statistic the record misstates, the pseudo input, how offsets are drawn, what a resume
-restores; a dataset split that leaks, a subset from the wrong split, a per-image seed or an order that ignores the
-epoch, shards that overlap or drop images, a flip or a normalisation gone wrong, an option that does not reach its
-loader, a schedule stepped at the wrong time, an accumulated update scaled wrongly, an EMA or a best checkpoint read
-from the wrong weights or in the wrong direction, an export that forgets its run's data config or picks the other
-weights), given as exact text replacements in the package's source. For each, the package and its tests are copied
-to a fresh temporary folder (beside a link to ../shared, whose data some tests read), the replacements made there (a
-mutant never touches the working tree), and the test files named for it run with that copy first on the path, until
-the first failure. The result lists every mutation with the test that caught it; a mutation no test fails is
-`SURVIVED`. `--only NAME ...` runs some of them.
+Each mutation is one bug as someone could write it (a paper constant, a scale, a sign, which rows are Q and which K, a
+solve never written, a statistic the record misstates, the pseudo input, how offsets are drawn, what a resume restores;
+a dataset split that leaks, a subset from the wrong split, a per-image seed or an order that ignores the epoch, shards
+that overlap or drop images, a flip or a normalisation gone wrong, an option that does not reach its loader, a schedule
+stepped at the wrong time, an accumulated update scaled wrongly, an EMA or a best checkpoint read from the wrong weights
+or in the wrong direction, an export that forgets its run's data config or picks the other weights; in compare's answer,
+an interval, a verdict or a spread computed wrongly, the gain of the best top-1, chance or the training split taken for
+the majority class of the test split), given as exact text replacements in the package's source. For each, the package
+and its tests are copied to a fresh temporary folder (beside a link to ../shared, whose data some tests read), the
+replacements made there (a mutant never touches the working tree), and the test files named for it run with that copy
+first on the path, until the first failure. The result lists every mutation with the test that caught it; a mutation no
+test fails is `SURVIVED`. `--only NAME ...` runs some of them.
 """
 import argparse
 import datetime
@@ -44,6 +45,7 @@ DATA_TESTS = 'tests/test_pipeline_data.py'
 LOADER_TESTS = 'tests/test_pipeline_loaders.py'
 TRAINING_TESTS = 'tests/test_pipeline_training.py'
 EXPORT_TESTS = 'tests/test_pipeline_export.py'
+COMPARE_TESTS = 'tests/test_compare.py'
 
 
 @dataclass(frozen=True)
@@ -365,7 +367,43 @@ MUTATIONS = [
         ('hub/export.py', "of_these_weights=of_ema == ('ema' in meta['weights'])", 'of_these_weights=True'),),
         ('tests/test_hub.py', '-k', 'ema_and_plain')),
 
-    # compare's statistics, decision and report: their mutations go here
+    # compare's statistics, decision and report
+    Mutation('compare-pooled-df', "the gain's interval takes the pooled t's n1 + n2 - 2 degrees of freedom, not "
+             "Welch-Satterthwaite's", (
+                 ('compare/stats.py',
+                  'df = (va + vb) ** 2 / (va ** 2 / (len(finals) - 1) + vb ** 2 / (len(plain) - 1))',
+                  'df = len(finals) + len(plain) - 2'),),
+             (COMPARE_TESTS, '-k', 'welch or decisions')),
+    Mutation('compare-normal-quantile', "the gain's interval takes the normal 1.96, not Student's t quantile", (
+        ('compare/stats.py', 't_quantile(0.5 + CONFIDENCE / 2, df) * math.sqrt(va + vb)',
+         '1.959964 * math.sqrt(va + vb)'),),
+        (COMPARE_TESTS, '-k', 'welch or decisions')),
+    Mutation('compare-verdict-sign', "a gain beyond its interval is called worse when positive, better when negative", (
+        ('compare/stats.py', "return 'better' if self.gain > 0 else 'worse'",
+         "return 'worse' if self.gain > 0 else 'better'"),),
+        (COMPARE_TESTS, '-k', 'decisions')),
+    Mutation('compare-population-sd', "an arm's spread is the population standard deviation (n, not n - 1)", (
+        ('compare/stats.py', 'statistics.stdev(values) if len(values) > 1',
+         'statistics.pstdev(values) if len(values) > 1'),),
+        (COMPARE_TESTS, '-k', 'spread')),
+    Mutation('compare-gain-of-best', "the gain is of the best top-1 over the epochs, not the final", (
+        ('compare/report.py',
+         "welch_gain(arm, [r['final_top1'] for r in rs], [r['final_top1'] for r in by_arm[reference]])",
+         "welch_gain(arm, [r['best_top1'] for r in rs], [r['best_top1'] for r in by_arm[reference]])"),),
+        (COMPARE_TESTS, '-k', 'spread or decisions')),
+    Mutation('compare-majority-without-spread', "an arm whose mean beats the majority class has learned, whatever "
+             "its seed spread", (
+                 ('compare/stats.py', 'return arm.final_mean - (arm.final_sd or 0.0) > majority',
+                  'return arm.final_mean > majority'),),
+             (COMPARE_TESTS, '-k', 'majority or learn')),
+    Mutation('compare-chance-for-majority', "the decision holds the arms against chance, not the majority class", (
+        ('compare/report.py', "not_learned(list(stats.values()), test_split['chance'], test_split['majority'])",
+         "not_learned(list(stats.values()), test_split['chance'], test_split['chance'])"),),
+        (COMPARE_TESTS, '-k', 'majority or learn')),
+    Mutation('compare-majority-of-training-split', "chance and the majority class are read off the training split", (
+        ('compare/command.py', 'targets = list(dataset_targets(datasets[1]))',
+         'targets = list(dataset_targets(datasets[0]))'),),
+        (COMPARE_TESTS, '-k', 'random_labels')),
 ]
 
 

@@ -15,6 +15,7 @@ from scipy import stats as scipy_stats
 from timm_structinit import cli
 from timm_structinit.compare import stats
 from timm_structinit.compare.plan import Arm, parse_arm, run_name
+from timm_structinit.compare.report import summarize
 
 DATA = ['--dataset', 'sklearn/digits', '--val-split', 'test', '--train-subset', '96', '--val-subset', '48',
         '--epochs', '1', '-b', '32', '--opt', 'adamw', '--lr', '2e-3', '--warmup-epochs', '0', '--workers', '0',
@@ -320,6 +321,30 @@ def test_an_arm_above_the_majority_class_beyond_its_spread_has_learned(tmp_path,
     code, stdout, err = _compare(['--out', tmp_path, '--report'], capsys)
     answer = json.loads((tmp_path / 'results.json').read_text())
     assert code == 0 and answer['learned'] is True and 'did not learn' not in answer['decision'], answer['decision']
+
+
+def test_an_arm_above_the_majority_class_within_its_spread_has_not_learned():
+    """ mimetic's mean (21.0) is above the majority class (19.6) but its mean less its seed spread (21.0 - 8.49) is
+    not: the runs are said not to have learned. """
+    results = [dict(arm=arm, seed=seed, final_top1=final, best_top1=final)
+               for arm, finals in {'plain': [8.9, 11.0], 'mimetic': [15.0, 27.0]}.items()
+               for seed, final in enumerate(finals)]
+    answer = summarize(['plain', 'mimetic'], results, 'plain', dict(images=1000, classes=10, chance=10.0,
+                                                                    majority=19.6))
+    assert answer['learned'] is False and answer['decision'].startswith('the runs did not learn')
+
+
+def test_the_answer_is_of_the_final_top1_with_sample_spread():
+    """ Best and final top-1 differ: the gain is the difference of the mean final top-1 (52.0 - 49.0 = 3.0), each
+    arm's spread the sample standard deviation (n - 1: sqrt(2) for 51 and 53, sqrt(8) for 47 and 51). """
+    runs = {'plain': [(47.0, 60.0), (51.0, 61.0)], 'mimetic': [(51.0, 52.0), (53.0, 54.0)]}
+    results = [dict(arm=arm, seed=seed, final_top1=final, best_top1=best)
+               for arm, pairs in runs.items() for seed, (final, best) in enumerate(pairs)]
+    answer = summarize(['plain', 'mimetic'], results, 'plain')
+    assert answer['gains']['mimetic']['gain'] == pytest.approx(3.0)
+    assert answer['stats']['mimetic']['final_sd'] == pytest.approx(2 ** 0.5)
+    assert answer['stats']['plain']['final_sd'] == pytest.approx(8 ** 0.5)
+    assert answer['stats']['plain']['best_mean'] == pytest.approx(60.5)
 
 
 def _random_label_folder(root):
