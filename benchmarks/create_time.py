@@ -10,9 +10,10 @@ With `--device cuda` every model is built with `timm.create_model(..., device='c
 initializes its weights on the GPU; the structured inits compute on the CPU and copy their weights there), each build
 timed to the GPU's completion.
 
-For the mimetic rows it also times two floors (`factorization_floors`), against plain timm: the factorizations alone
-that mimetic needs as torch provides them (`fact.`), and the eigenvalues alone of the D x D matrices whose top-k
-factors mimetic Q/K writes (`eigv.`), below which no exact method goes.
+For the rows whose init factorizes (mimetic: Q/K and V/proj; impulse2025: its mimetic V/proj) it also times two
+floors (`factorization_floors`), against plain timm: the factorizations alone that the init needs as torch provides
+them (`fact.`), and the eigenvalues alone of the same D x D matrices in float32 (`eigv.`), below which no exact method
+goes. Every round's ratio is shown under its row.
 """
 import argparse
 import datetime
@@ -72,8 +73,8 @@ def rows(device: str = 'cpu'):
     return out
 
 
-def _mimetic_matrices(model) -> Dict[int, Tuple[int, int, int]]:
-    """ {width D: (Q/K matrices, their rank k, V/proj matrices)} of the attention modules mimetic writes. """
+def _factorized_matrices(model) -> Dict[int, Tuple[int, int, int]]:
+    """ {width D: (Q/K matrices, their rank k, V/proj matrices)} of the attention modules the init writes. """
     shapes: Dict[int, Tuple[int, int, int]] = {}
     for m in model.modules():
         if isinstance(getattr(m, 'qkv', None), torch.nn.Linear) and hasattr(m, 'num_heads'):
@@ -83,26 +84,33 @@ def _mimetic_matrices(model) -> Dict[int, Tuple[int, int, int]]:
     return shapes
 
 
-def factorization_floors(model, repeats: int) -> Tuple[float, float]:
-    """ Seconds, over the threads as the init spreads its factorizations, for (1) the factorizations alone that mimetic
-    needs as torch provides them: per head the float32 Gram matrix A^T A and its eigendecomposition (torch has no
-    solver for the top k eigenvectors alone), per layer the float64 Gram matrix of B and its eigendecomposition (float64:
-    the float32 one leaves the vectors of close singular values to the kernels); (2) the eigenvalues alone of the Q/K
-    Gram matrices: an exact top-k factorization of a dense matrix first reduces it to tridiagonal form, which is what
-    the eigenvalues cost, so no exact method, a top-k solver included, builds a mimetic model faster. """
+def factorized_parts(label: str) -> Tuple[bool, bool]:
+    """ (Q/K, V/proj): which of its attention weights a row's init writes by factorizing a D x D matrix. """
+    return 'mimetic' in label, 'mimetic' in label or 'impulse2025' in label
+
+
+def factorization_floors(model, repeats: int, qk: bool = True, vproj: bool = True) -> Tuple[float, float]:
+    """ Seconds, over the threads as the init spreads its factorizations, for (1) the factorizations alone that the
+    init needs as torch provides them: per head the float32 Gram matrix A^T A and its eigendecomposition (torch has
+    no solver for the top k eigenvectors alone), per layer the float64 Gram matrix of B and its eigendecomposition
+    (float64: the float32 one leaves the vectors of close singular values to the kernels); (2) the eigenvalues alone
+    of the same Gram matrices in float32: an exact factorization of a dense matrix first reduces it to tridiagonal
+    form, which is what the eigenvalues cost, so no exact method, a top-k solver included, builds the model faster. """
     gen = torch.Generator().manual_seed(0)
     grams = []
-    for d, (heads, rank, layers) in _mimetic_matrices(model).items():
-        grams.append((torch.randn(heads, d, d, generator=gen), torch.randn(layers, d, d, generator=gen).double()))
+    for d, (heads, rank, layers) in _factorized_matrices(model).items():
+        grams.append((torch.randn(heads if qk else 0, d, d, generator=gen),
+                      torch.randn(layers if vproj else 0, d, d, generator=gen).double()))
 
     def factorizations():
-        for qk, vproj in grams:
-            parallel_map(lambda a: (torch.linalg.eigh(a.mT @ a)[1],), qk)
-            parallel_map(lambda b: (torch.linalg.eigh(b.mT @ b)[1],), vproj)
+        for a, b in grams:
+            parallel_map(lambda a: (torch.linalg.eigh(a.mT @ a)[1],), a)
+            parallel_map(lambda b: (torch.linalg.eigh(b.mT @ b)[1],), b)
 
     def eigenvalues():
-        for qk, _ in grams:
-            parallel_map(lambda a: (torch.linalg.eigvalsh(a.mT @ a),), qk)
+        for a, b in grams:
+            for m in (a, b.float()):
+                parallel_map(lambda m: (torch.linalg.eigvalsh(m.mT @ m),), m)
     return tuple(statistics.median(_seconds(f) for _ in range(repeats)) for f in (factorizations, eigenvalues))
 
 
@@ -118,7 +126,8 @@ def _seconds(fn) -> float:
     return clock() - start
 
 
-def median_times(ours, theirs, repeats: int, device: str = 'cpu'):
+def round_times(ours, theirs, repeats: int, device: str = 'cpu'):
+    """ ([seconds of each round's build], same for plain timm), the two built alternately. """
     ours(), theirs()  # warm-up: imports, allocator, MKL (and the CUDA context and kernels)
     sync = torch.cuda.synchronize if device.startswith('cuda') else (lambda: None)
     times = {'ours': [], 'timm': []}
@@ -129,7 +138,7 @@ def median_times(ours, theirs, repeats: int, device: str = 'cpu'):
             build()
             sync()  # a build on the GPU returns before its kernels finish
             times[key].append(clock() - start)
-    return statistics.median(times['ours']), statistics.median(times['timm'])
+    return times['ours'], times['timm']
 
 
 def main(argv=None) -> None:
@@ -150,7 +159,8 @@ def main(argv=None) -> None:
         f'# command: python {" ".join(sys.argv)}',
         f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
         f'# machine: {platform.machine()}, torch {torch.__version__}, timm {timm.__version__}; built on {where}; '
-        f'median of {args.repeats} alternating builds each, {args.clock} seconds; ratio = ours / plain timm',
+        f'median of {args.repeats} alternating builds each, {args.clock} seconds; ratio = ours / plain timm '
+        f'(each round\'s under its row)',
     ]
     print('\n'.join(lines), flush=True)
     saved = torch.get_num_threads()
@@ -164,26 +174,29 @@ def main(argv=None) -> None:
         for label, ours, theirs in rows(args.device):
             if args.models and label not in args.models:
                 continue
-            a, b = median_times(ours, theirs, args.repeats, args.device)
+            each_ours, each_timm = round_times(ours, theirs, args.repeats, args.device)
+            a, b = statistics.median(each_ours), statistics.median(each_timm)
             ratios.append((a / b, label))
             floor = ''
-            if 'mimetic' in label:
-                fact, eigv = factorization_floors(ours(), min(args.repeats, 3))
+            if any(factorized_parts(label)):
+                fact, eigv = factorization_floors(ours(), min(args.repeats, 3), *factorized_parts(label))
                 floors.append((fact / b, eigv / b, label))
                 floor = f' {fact:8.3f} {fact / b:7.2f} {eigv / b:7.2f}'
             lines.append(f'{label:48} {a:8.3f} {b:8.3f} {a / b:6.2f}{floor}')
-            print(lines[-1], flush=True)
+            lines.append('  each round: ' + ' '.join(f'{x / y:.2f}' for x, y in zip(each_ours, each_timm)))
+            print('\n'.join(lines[-2:]), flush=True)
         over = [label for ratio, label in ratios if ratio > 3]
         lines.append(f'# {threads} thread(s): {len(ratios) - len(over)} of {len(ratios)} within 3x of plain timm'
                      + (f'; above: {", ".join(over)}' if over else ''))
         beyond = [label for fact, _, label in floors if 1 + fact > 3]
         below = [label for _, eigv, label in floors if 1 + eigv <= 3]
         if floors:
-            lines.append(f'# fact.: the factorizations alone that mimetic needs, as torch provides them; with plain '
-                         f'timm\'s own build (1x) they exceed 3x for {len(beyond)} of {len(floors)} mimetic rows'
+            lines.append(f'# fact.: the factorizations alone that the init needs, as torch provides them; with plain '
+                         f'timm\'s own build (1x) they exceed 3x for {len(beyond)} of {len(floors)} factorizing rows'
                          + (f' ({", ".join(beyond)})' if beyond else ''))
-            lines.append(f'# eigv.: the eigenvalues alone of the Q/K Gram matrices (no exact method is faster); with '
-                         f'plain timm\'s build they stay within 3x for {len(below)} of {len(floors)} mimetic rows'
+            lines.append(f'# eigv.: the eigenvalues alone of the same matrices in float32 (no exact method is faster); '
+                         f'with plain timm\'s build they stay within 3x for {len(below)} of {len(floors)} factorizing '
+                         f'rows'
                          + (f' ({", ".join(below)})' if below else ''))
         print('\n'.join(lines[-(1 + 2 * bool(floors)):]), flush=True)
     torch.set_num_threads(saved)
