@@ -13,7 +13,8 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ['watch', 'unwatch', 'sigint_came', 'stop_if_interrupted', 'interrupt_children']
+__all__ = ['watch', 'unwatch', 'sigint_came', 'stop_if_interrupted', 'interrupt_children',
+           'signals_as_in_a_terminal']
 
 
 class _Pipe:
@@ -99,3 +100,10 @@ def interrupt_children() -> None:
             os.kill(pid, signal.SIGINT)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def signals_as_in_a_terminal() -> None:
+    """ A subprocess's preexec_fn: SIGINT at its default action, as a shell with a terminal starts a command. A process
+    started in the background of a shell without job control (`cmd &` in a script) inherits SIGINT ignored, and so
+    does a pytest-xdist worker; a child inherits that, and Python then installs no KeyboardInterrupt handler. """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

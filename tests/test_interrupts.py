@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from interrupts import signals_as_in_a_terminal
+
 TESTS = Path(__file__).resolve().parent
 
 # a suite of two tests: a training run of many epochs, in the test process, and a test after it
@@ -55,7 +57,8 @@ def test_sigint_stops_pytest_while_a_command_runs_in_the_test_process(call, opti
     # the suite's conftest as a plugin: the suite lives outside tests/
     proc = subprocess.Popen([sys.executable, '-m', 'pytest', '-q', '-p', 'conftest', '-p', 'no:cacheprovider',
                              '--basetemp', str(tmp_path / 'basetemp'), *options, 'test_suite.py'],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=signals_as_in_a_terminal)
     summary, checkpoint = out / 'run' / 'summary.csv', out / 'run' / 'last.pth.tar'
     deadline = time.monotonic() + 300
     while not (summary.is_file() and checkpoint.is_file()):  # an epoch finished and kept: the command, and its
@@ -66,7 +69,11 @@ def test_sigint_stops_pytest_while_a_command_runs_in_the_test_process(call, opti
         time.sleep(0.05)
     epochs = _epochs(summary)
     proc.send_signal(signal.SIGINT)  # to pytest alone (with -n 2: the controller)
-    output = proc.communicate(timeout=60)[0]
+    try:
+        output = proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f'pytest went on for 60 s after SIGINT:\n{proc.communicate()[0][-3000:]}')
     assert proc.returncode == pytest.ExitCode.INTERRUPTED and 'KeyboardInterrupt' in output, output[-3000:]
     assert _epochs(summary) <= epochs + 1, output[-3000:]  # the command stopped in the epoch it was in
     if not options:  # in one process, the test after it never ran (with -n 2, the other worker ran it meanwhile)

@@ -19,6 +19,7 @@ import timm_structinit
 from timm_structinit import cli
 from timm_structinit import train as train_mod
 from timm_structinit.data import folder_dataset
+from interrupts import signals_as_in_a_terminal
 from train_command import ENV, FAST, TINY, lock_is_free, two_class_folder
 
 
@@ -147,12 +148,6 @@ def test_a_stop_while_the_loader_forks_is_raised_after_it():
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
-def _signals_as_in_a_terminal() -> None:
-    """ A command started from a terminal has SIGINT's default action; a pytest-xdist worker ignores SIGINT, and a
-    child inherits that (as Python itself, a command then keeps ignoring it). """
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
@@ -161,7 +156,7 @@ def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
               'from timm_structinit.utils.startup import quiet_startup_stops; quiet_startup_stops(); '
               f'os.kill(os.getpid(), {int(signum)}); time.sleep(30)')
     done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, env=ENV, timeout=60,
-                          preexec_fn=_signals_as_in_a_terminal)
+                          preexec_fn=signals_as_in_a_terminal)
     assert done.returncode == 128 + signum, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and 'while starting' in lines[0], done.stderr
@@ -169,7 +164,7 @@ def test_a_stop_while_a_command_starts_is_one_line(signum, tmp_path):
     # is in place by then, one line, and the signal's status
     data = _folder(tmp_path / 'data')
     proc = subprocess.Popen(_train_cmd(data, tmp_path / 'out', '--epochs', 1000), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=_signals_as_in_a_terminal)
+                            stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=signals_as_in_a_terminal)
     time.sleep(0.5)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
