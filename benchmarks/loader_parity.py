@@ -135,14 +135,16 @@ def report(out_dir: Path) -> List[str]:
 
 # what the report cannot leave out, whatever the numbers
 WHAT_THEY_SHOW = [
-    "What these runs can show: a difference between the paths larger than the Welch interval (about 2.5 points with",
-    "three seeds a path at this scale, the seed spread being 1-2.5 points), which would mean the device path trains",
+    "What these runs can show: a difference between the paths larger than the Welch interval (1.7-2.5 points with",
+    "three seeds a path at this scale, the seed spread being 0.6-2.4 points), which would mean the device path trains",
     "differently from timm's. What they cannot show: that the paths are equal: a difference below the interval, a",
     "point or so, would go unseen, and so would one that only appears at other scales (224 px inputs, ImageNet-sized",
     "data, 300 epochs, a GPU). Within a seed both paths start from the same weights (the run's init); the first two",
     "seeds of the standard and RandAugment recipes were trained on 2026-11-26 with release 0.1.0's init draw, every",
-    "other run with 0.2.0's (the same law, another draw: docs/inits.md). The augmentations themselves are compared",
-    "with timm's op by op and in distribution in the tests (tests/test_batch_ops.py, tests/test_erasing_order.py).",
+    "other run with 0.2.0's (the same law, another draw: docs/inits.md); the mixing recipe's seed-0 runs were stopped",
+    "after 5 epochs and resumed from their checkpoints (a resumed run repeats the uninterrupted one:",
+    "tests/test_train.py, tests/test_loaders.py). The augmentations themselves are compared with timm's op by op",
+    "and in distribution in the tests (tests/test_batch_ops.py, tests/test_erasing_order.py).",
 ]
 
 
