@@ -4,7 +4,6 @@ and gradient accumulation, an accumulated epoch's shorter last group of batches,
 for the EMA being the EMA weights' own, and the best checkpoint being the epoch of the best metric, in the metric's
 direction, and the EMA's metric when the EMA is evaluated. Each run is a tiny model on a few of scikit-learn's
 digits, trained in this process. """
-import csv
 import math
 from collections import OrderedDict
 from pathlib import Path
@@ -23,6 +22,8 @@ from timm_structinit.train.config import parse_args
 from timm_structinit.train.inputs import RunInputs
 from timm_structinit.train.training_run import _restore
 
+from train_command import checkpoint, read_summary
+
 pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 MODEL = 'vit_tiny_patch2_32_mimetic'
@@ -40,15 +41,6 @@ def train(tmp_path: Path, name: str, *argv) -> Path:
     return tmp_path / name
 
 
-def summary(run: Path):
-    with open(run / 'summary.csv', newline='') as f:
-        return list(csv.DictReader(f))
-
-
-def checkpoint(path: Path) -> dict:
-    return torch.load(path, map_location='cpu', weights_only=False)
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # the learning rate schedule
 
@@ -58,7 +50,7 @@ def test_a_per_epoch_schedule_steps_once_an_epoch_evaluated_or_not(tmp_path):
     evaluate (0, 2) included; the summary logs epochs 1, 3 and the last, 4. """
     run = train(tmp_path, 'step', *PLAIN_SGD, '--sched', 'step', '--decay-epochs', 1, '--decay-rate', 0.5, '--lr', 0.1,
                 '--warmup-epochs', 0, '--epochs', 5, '--val-interval', 2)
-    rows = summary(run)
+    rows = read_summary(run / 'summary.csv')
     assert [int(r['epoch']) for r in rows] == [1, 3, 4]
     for row in rows:
         assert float(row['lr']) == pytest.approx(0.1 / 2 ** int(row['epoch']), rel=1e-9), row['epoch']
@@ -78,7 +70,7 @@ def test_a_per_update_schedule_counts_updates_with_warmup_and_accumulation(tmp_p
             return 1e-4 + t * (0.01 - 1e-4) / warmup_t
         return 0.0 if t >= total else 0.5 * 0.01 * (1 + math.cos(math.pi * t / total))
 
-    lrs = [float(r['lr']) for r in summary(run)]
+    lrs = [float(r['lr']) for r in read_summary(run / 'summary.csv')]
     assert lrs == pytest.approx([rate(2), rate(4), rate(6)], rel=1e-9, abs=1e-12)
     assert checkpoint(run / 'last.pth.tar')['optimizer']['state'][0]['step'].item() == 6
 
@@ -139,7 +131,7 @@ def test_the_ema_columns_are_the_metrics_of_the_ema_weights(tmp_path):
     evaluated here on the same 40 test images through timm's evaluation transform. """
     run = train(tmp_path, 'ema', '--opt', 'adamw', '--lr', 1e-2, '--warmup-epochs', 0, '--epochs', 2,
                 '--train-subset', 64, '--val-subset', 40, '--model-ema', '--model-ema-decay', 0.9)
-    last = summary(run)[-1]
+    last = read_summary(run / 'summary.csv')[-1]
     state = checkpoint(run / 'last.pth.tar')
     test = DigitsDataset('test')
     test.set_img_size(32)
@@ -198,7 +190,7 @@ def test_a_run_resumed_at_its_end_reports_the_weights_its_epochs_evaluated(tmp_p
     ema = ['--model-ema', '--model-ema-decay', '0.9999', '--val-subset', 100, '--train-subset', 200,
            *(['--model-ema-force-cpu'] if force_cpu else [])]
     run = train(tmp_path, 'ended', *ema, '--opt', 'adamw', '--lr', 0.01, '--warmup-epochs', 0, '--epochs', 2)
-    row = summary(run)[-1]
+    row = read_summary(run / 'summary.csv')[-1]
     last = float(row['eval_top1' if force_cpu else 'eval_ema_top1'])
     if not force_cpu:
         assert row['eval_top1'] != row['eval_ema_top1']  # the two weights tell apart

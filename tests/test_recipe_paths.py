@@ -3,7 +3,6 @@ value taken from the definition of the option (timm's train.py) rather than from
 --clip-grad (every 2024 impulse recipe sets 3.0), --amp, the learning rate from lr_base (the ImageNet 2025 recipes),
 --initial-checkpoint, resume with --no-resume-opt and with --sched-on-updates, the train/eval class check, and the
 export that replaces a previous one restoring it when the swap fails. """
-import csv
 import math
 import os
 from pathlib import Path
@@ -15,6 +14,8 @@ from PIL import Image
 
 from timm_structinit import hub
 from timm_structinit import train as train_mod
+
+from train_command import checkpoint, read_summary
 
 MODEL = 'vit_tiny_patch2_32_mimetic'
 MODEL_KWARGS = dict(embed_dim=16, depth=1, num_heads=2, patch_size=8)
@@ -29,15 +30,6 @@ def train(tmp_path: Path, name: str, *argv) -> Path:
     code = train_mod.main([str(a) for a in (*TINY, *DIGITS, *argv, '--output', tmp_path, '--experiment', name)])
     assert code == 0
     return tmp_path / name
-
-
-def checkpoint(path: Path) -> dict:
-    return torch.load(path, map_location='cpu', weights_only=False)
-
-
-def read_summary(path: Path):
-    with open(path, newline='') as f:
-        return list(csv.DictReader(f))
 
 
 def trainable_delta_norm(before: dict, after: dict, model) -> float:

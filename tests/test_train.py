@@ -3,7 +3,6 @@
 Data: the shared CIFAR-10 ImageFolder copy at ../shared/data/cifar10 beside the repository (its tests skip when it is
 absent) and scikit-learn's bundled digits, which every machine has.
 """
-import csv
 import errno
 import os
 import signal
@@ -22,7 +21,7 @@ from timm_structinit.data import DigitsDataset, ClassBalancedSubset
 
 REPO = Path(__file__).resolve().parents[1]
 from timm_structinit.recipes import RECIPES_DIR  # noqa: E402
-from train_command import run_main  # noqa: E402
+from train_command import read_summary, run_main  # noqa: E402
 
 CONFIGS = sorted(RECIPES_DIR.glob('*.yaml'))
 
@@ -44,11 +43,6 @@ def one_torch_thread():
 
 def subprocess_env():
     return dict(os.environ, OMP_NUM_THREADS='1')
-
-
-def read_summary(path: Path):
-    with open(path, newline='') as f:
-        return list(csv.DictReader(f))
 
 
 def state_dicts_close(a, b, key='state_dict'):

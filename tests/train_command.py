@@ -1,8 +1,10 @@
 """ The training command run in-process by the tests, its one error line, whether a run folder's lock is free, and
 the tiny model, options and image folder that the tests of the command's mechanisms train with. """
+import csv
 import os
 from pathlib import Path
 
+import torch
 from filelock import FileLock, Timeout
 from PIL import Image
 
@@ -55,3 +57,14 @@ def lock_is_free(run_folder) -> bool:
             return True
     except Timeout:
         return False
+
+
+def read_summary(path: Path):
+    """ The rows of a run's summary.csv, a dict per finished epoch. """
+    with open(path, newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def checkpoint(path: Path) -> dict:
+    """ A checkpoint the training command wrote, as it saved it (optimizer and EMA included). """
+    return torch.load(path, map_location='cpu', weights_only=False)
