@@ -10,7 +10,7 @@ import timm
 import torch
 
 from kernel_path_builds import TOLERANCE, build_every_model, largest_difference
-from timm_structinit.inits.canonical import canonical_basis, canonical_svd
+from timm_structinit.inits.canonical import canonical_basis, canonical_gram_svd, canonical_row_space, canonical_svd
 
 SMALL_VIT = dict(embed_dim=64, depth=2, num_heads=2)
 
@@ -108,6 +108,35 @@ def test_canonical_svd_factors_its_input_with_left_and_right_vectors_together(ot
     u2, s2, vh2 = canonical_svd(a)  # the stand-in solver answered in another basis
     torch.testing.assert_close(u2, u, rtol=0, atol=1e-12)
     torch.testing.assert_close(vh2, vh, rtol=0, atol=1e-12)
+
+
+def test_the_gram_svd_is_the_svd_and_its_product_is_exact(other_solver):
+    """ From the eigendecomposition of A^T A: the right vectors canonical_svd gives, A V = U S, and A V V^T = A. """
+    a = torch.randn(5, 10, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    us, s, v = canonical_gram_svd(a)
+    u_ref, s_ref, vh_ref = canonical_svd(a)
+    torch.testing.assert_close(s, s_ref, rtol=1e-10, atol=0)
+    torch.testing.assert_close(v, vh_ref.mT, rtol=0, atol=1e-10)
+    torch.testing.assert_close(us, u_ref * s_ref[..., None, :], rtol=0, atol=1e-10)
+    torch.testing.assert_close(us @ v.mT, a, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize('shape', [(30, 12), (12, 30)])
+def test_the_row_space_is_the_leading_part_of_the_canonical_svd(other_solver, shape):
+    """ Tall or wide, from the smaller Gram matrix: the directions above rtol x the largest singular value, in the
+    basis canonical_svd gives them, with X V = U S; a sin-cos-like pair of equal values is one eigenspace. """
+    generator = torch.Generator().manual_seed(5)
+    rows, cols = shape
+    u = torch.linalg.qr(torch.randn(rows, 6, dtype=torch.float64, generator=generator))[0]
+    v = torch.linalg.qr(torch.randn(cols, 6, dtype=torch.float64, generator=generator))[0]
+    values = torch.tensor([9.0, 4.0, 4.0, 2.0, 0.05, 0.01], dtype=torch.float64)
+    x = (u * values) @ v.T
+    y, s, basis = canonical_row_space(x, rtol=0.1)
+    u_ref, s_ref, vh_ref = canonical_svd(x)
+    assert s.shape == (4,)
+    torch.testing.assert_close(s, values[:4], rtol=1e-10, atol=0)
+    torch.testing.assert_close(basis, vh_ref[:4].T, rtol=0, atol=1e-10)
+    torch.testing.assert_close(y, u_ref[:, :4] * s_ref[:4], rtol=0, atol=1e-10)
 
 
 def test_every_init_writes_the_same_weights_whatever_basis_the_solver_returns(monkeypatch):

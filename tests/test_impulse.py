@@ -189,6 +189,23 @@ def test_svd_solver_matches_full_size_pseudo_inverse():
     torch.testing.assert_close(product, expected, atol=1e-5, rtol=1e-4)
 
 
+def test_svd_solver_records_the_statistics_of_the_maps_it_writes():
+    """ The closed form computes its maps' statistics in the pseudo input's rank-k coordinates; they are those of
+    softmax(s X W_q W_k^T X^T) of the weights it returns, restated from the 2024 objective's definition. """
+    x = F.layer_norm(torch.randn(64, 96, generator=torch.Generator().manual_seed(5)), (96,))
+    targets = torch.stack([impulse_target((8, 8), o) for o in ((0, 0), (1, 0), (-1, 1), (0, -1))])
+    wq, wk, info = solve_svd(x, targets, 24, 4, torch.Generator().manual_seed(6), factor_norm=3.0)
+    maps = torch.softmax((x.double() @ wq.double()) @ (x.double() @ wk.double()).mT / 24 ** 0.5, -1)
+    valid = targets >= 0
+    on_target = maps.gather(-1, targets.clamp_min(0)[..., None])[..., 0] * valid
+    dense = torch.zeros_like(maps)
+    dense[valid.nonzero(as_tuple=True) + (targets[valid],)] = 1.0
+    torch.testing.assert_close(info['objective'].double(), ((maps - dense) ** 2).mean((-1, -2)), rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(info['target_mass'].double(), on_target.sum(-1) / valid.sum(-1), rtol=1e-4, atol=1e-6)
+    hits = ((maps.argmax(-1) == targets) & valid).sum(-1) / valid.sum(-1)
+    torch.testing.assert_close(info['hit_rate'].double(), hits.double())
+
+
 def test_share_layers_and_determinism():
     torch.manual_seed(0)
     a = timm.create_model('vit_tiny_patch2_32_impulse3', depth=3, struct_init_seed=4,

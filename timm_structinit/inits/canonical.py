@@ -20,7 +20,9 @@ from typing import Tuple
 
 import torch
 
-__all__ = ['canonical_basis', 'canonical_svd', 'CLUSTER_RTOL', 'FACTOR_RULE']
+__all__ = [
+    'canonical_basis', 'canonical_svd', 'canonical_gram_svd', 'canonical_row_space', 'CLUSTER_RTOL', 'FACTOR_RULE',
+]
 
 # how an init's weights follow from its seed since release 0.2.0, named in every init record ('factor_rule'): this
 # module's rule for every factorization, and the inputs it is given the same on every kernel path (normal noise by
@@ -64,17 +66,19 @@ def _clusters(values: torch.Tensor, rtol: float):
 
 
 def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, *partners: torch.Tensor,
-                    rtol: float = CLUSTER_RTOL) -> Tuple[torch.Tensor, ...]:
+                    rtol: float = CLUSTER_RTOL, of_count: int = 0) -> Tuple[torch.Tensor, ...]:
     """ The canonical basis of the eigenspaces of `vectors` (..., D, m), orthonormal columns ordered as `values`
     (..., m): each column's sign, and within a run of values equal to `rtol` of the largest the basis of their
     span, fixed by the reference rule above. Every `partner` (..., P, m) (the left vectors of an SVD, say) gets the
-    same signs and rotations, so that a product such as U S V^T keeps its value. Returns (vectors, *partners). """
+    same signs and rotations, so that a product such as U S V^T keeps its value. `of_count`: the leading columns
+    of a factorization of that many vectors, which take the reference columns the whole one would (default: the
+    vectors' own count). Returns (vectors, *partners). """
     batch_shape = vectors.shape[:-2]
     dim, count = vectors.shape[-2:]
     flat = vectors.reshape(-1, dim, count)
     flat_values = values.reshape(-1, count)
     flat_partners = [p.reshape(-1, p.shape[-2], count) for p in partners]
-    reference = _reference(dim, count).to(vectors.dtype)
+    reference = _reference(dim, max(count, of_count))[:, :count].to(vectors.dtype)
     # the sign of every column, one batched dot product
     signs = torch.where((flat * reference).sum(-2) < 0, -1.0, 1.0).to(vectors.dtype)
     flat = flat * signs[:, None, :]
@@ -98,3 +102,32 @@ def canonical_svd(a: torch.Tensor, rtol: float = CLUSTER_RTOL) -> Tuple[torch.Te
     u, s, vh = torch.linalg.svd(a, full_matrices=False)
     v, u = canonical_basis(vh.mT, s, u, rtol=rtol)
     return u, s, v.mT
+
+
+def canonical_gram_svd(a: torch.Tensor, rtol: float = CLUSTER_RTOL) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ The SVD of a batch of matrices a (..., m, n), m >= n, as (A V, S, V): the right vectors V (..., n, n) in
+    their canonical basis (clusters judged on the singular values S, as `canonical_svd` judges them) and A V = U S,
+    from the float64 eigendecomposition of the Gram matrix A^T A, about half an SVD's cost.
+
+    The Gram matrix squares A's condition number, so a singular value far below the largest (~1e-8 of it in
+    float64) loses its relative accuracy; the factors built on A V stay right regardless: A V V^T = A for the
+    orthonormal V, whatever the precision of the small values. """
+    a64 = a.double()
+    values, vectors = torch.linalg.eigh(a64.mT @ a64)
+    s = values.flip(-1).clamp_min(0).sqrt()
+    v = canonical_basis(vectors.flip(-1), s, rtol=rtol)[0]
+    return a64 @ v, s, v
+
+
+def canonical_row_space(x: torch.Tensor, rtol: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ The directions of one matrix x (m, n) whose singular values are above rtol x the largest: (X V, S, V), V
+    (n, r) orthonormal, descending, in float64, the leading r of what `canonical_svd` gives. From the
+    eigendecomposition of the smaller Gram matrix (X^T X, or X X^T with V = X^T U S^-1), a fraction of an SVD. """
+    x64 = x.double()
+    m, n = x64.shape
+    values, vectors = torch.linalg.eigh(x64.mT @ x64 if n <= m else x64 @ x64.mT)
+    keep = values > (rtol ** 2) * values[-1]
+    vectors, s = vectors[:, keep].flip(-1), values[keep].flip(-1).sqrt()
+    v = vectors if n <= m else (x64.mT @ vectors) / s
+    v = canonical_basis(v, s, of_count=min(m, n))[0]
+    return x64 @ v, s, v

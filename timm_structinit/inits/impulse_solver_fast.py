@@ -2,6 +2,8 @@
 pseudo input's row space with the cap built into the variables, from a closed-form warm start, one solve per distinct
 target (a target and its grid transpose sharing one). `solve_fast` says why each part makes it fast. """
 import math
+import threading
+from functools import partial
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -35,7 +37,10 @@ def _row_space(x: torch.Tensor, rtol: float = 1e-3) -> Tuple[torch.Tensor, torch
     else:  # evecs are U: V = X^T U S^-1
         v = (x64.mT @ evecs) / evals.sqrt()
     # the sin-cos table's spectrum falls in pairs of equal values: each pair's plane, and every sign, in its
-    # canonical basis, so that the coordinates the solve works in are the same on every kernel path
+    # canonical basis, so that the coordinates the solve works in are the same on every kernel path. (Not
+    # `canonical_row_space`, which judges eigenspaces on singular values: judged here on their squares, values
+    # near the cut form one eigenspace, whose basis the preconditioned solve is not indifferent to; the recorded
+    # weights are this rule's.)
     v = canonical_basis(v, evals)[0]
     return (x64 @ v).to(x.dtype), v.to(x.dtype)
 
@@ -73,7 +78,7 @@ def _signed_permutation(count: int, size: int, generator: torch.Generator) -> Tu
 
 def _value_and_grad_rows(
         y: torch.Tensor, y_ones_t: torch.Tensor, m: torch.Tensor, index: torch.Tensor, on_key_t: torch.Tensor,
-        valid: torch.Tensor, rows: slice,
+        valid: torch.Tensor, rows: slice, maps: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """ For query rows `rows` of the maps A = softmax(y M y^T) of a batch m (B, r, r) (the logit scale folded in)
     against one-hot targets at key `index` (B, N) where `valid`: the rows' part of sum((A - H)^2) - #targets, and
@@ -81,9 +86,11 @@ def _value_and_grad_rows(
 
     Through the softmax, d/dZ sum((A - H)^2) = 2 A * (G - <G, A>_row) with G = A - H, so with P = A * A, s = the row
     sums of P and t = A at the target: dZ / 2 = P - (s - t) A - t H, and dZ Y needs A Y and P [Y, 1] only. Those
-    are taken transposed, (A Y)^T = Y^T A^T: a product whose output is R wide, not r (~21), runs ~3x faster. """
+    are taken transposed, (A Y)^T = Y^T A^T: a product whose output is R wide, not r (~21), runs ~3x faster.
+    `maps`: a (B, R, N) buffer the maps are computed in, or None for a new one. """
     y_rows = y[rows]
-    attn = ((y_rows @ m) @ y.mT).softmax(-1)      # (B, R, N)
+    attn = torch.matmul(y_rows @ m, y.mT, out=maps)  # (B, R, N)
+    attn = torch.softmax(attn, -1, out=attn)
     on_target = attn.gather(-1, index[:, rows, None])[..., 0] * valid[:, rows]
     y_t = y_ones_t[:-1]
     attn_y_t = y_t @ attn.mT                       # (A Y)^T: (B, r, R)
@@ -105,12 +112,23 @@ def _capped_value_and_grad(y, targets, scale):
     y_ones_t = torch.cat([y, torch.ones(n, 1, dtype=y.dtype)], 1).mT.contiguous()
     count_targets = valid.sum(-1)
 
+    # each thread's maps in one buffer, reused by every task and evaluation: glibc hands a fresh megabyte back to
+    # the system when it is freed, so a new one per task and evaluation was paid again in page faults
+    buffers = threading.local()
+
+    def task_value_and_grad(m: torch.Tensor, task: Tuple[int, int, int, int]):
+        first, last, query, stop = task
+        size = (last - first) * (stop - query) * n
+        if getattr(buffers, 'maps', None) is None or buffers.maps.numel() < size:
+            buffers.maps = torch.empty(size, dtype=y.dtype)
+        maps = buffers.maps[:size].view(last - first, stop - query, n)
+        return _value_and_grad_rows(y, y_ones_t, m[first:last], index[first:last], on_key_t[first:last],
+                                    valid[first:last], slice(query, stop), maps)
+
     def value_and_grad(m: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         m = scale * m
         tasks = _tasks(m.shape[0], n)
-        parts = parallel_tasks(
-            lambda t: _value_and_grad_rows(y, y_ones_t, m[t[0]:t[1]], index[t[0]:t[1]], on_key_t[t[0]:t[1]],
-                                           valid[t[0]:t[1]], slice(t[2], t[3])), tasks)
+        parts = parallel_tasks(partial(task_value_and_grad, m), tasks)
         values, grads = [], []
         for (first, _, query, _), (value, grad) in zip(tasks, parts):
             if query == 0:
@@ -140,7 +158,10 @@ class _CappedProblem:
         self.q_perp = wq - self.v @ c
         self.q_perp_sq = self.q_perp.square().sum(-2, keepdim=True)   # (B, 1, k)
         self.k_perp = wk - self.v @ e
-        self.k_perp_sq = self.k_perp.square().sum(-1, keepdim=True)  # (B, D, 1)
+        # per-row quantities of W_k are kept as (B, 1, D) rows and D x r ones as (B, r, D): a float64 product with
+        # a D-wide output ran 1.7-2x faster on one core than the same product with an r-wide one (r = 17, D = 384)
+        self.k_perp_sq = self.k_perp.square().sum(-1)[:, None]         # (B, 1, D)
+        self.v_t = self.v.T.contiguous()                               # (r, D)
         if warm_start:  # the closed form's pattern added in the row space, at `warm_start` x the start's norm
             c0, e0 = _closed_form_start(self.y, targets, wq.shape[-1])
             c = c + c0 * (warm_start * wq.norm(dim=(-2, -1), keepdim=True))
@@ -159,10 +180,10 @@ class _CappedProblem:
         return c.view(self.shape), e.view(self.shape)
 
     def _row_norms(self, e: torch.Tensor) -> torch.Tensor:
-        """ (B, D, 1) norms of the rows of V e + K_perp, from (B, D, r) products: |V_i e|^2 + 2 V_i e . P_i + |P_i|^2
-        with V_i e . P_i = V_i (P e^T)_i^T (no (B, D, k) tensor per evaluation). """
-        v = self.v
-        square = ((v @ (e @ e.mT) + 2 * (self.k_perp @ e.mT)) * v).sum(-1, keepdim=True) + self.k_perp_sq
+        """ (B, 1, D) norms of the rows of V e + K_perp, from (B, r, D) products: |V_i e|^2 + 2 V_i e . P_i +
+        |P_i|^2 with V_i e . P_i = V_i (P e^T)_i^T (no (B, D, k) tensor per evaluation). """
+        v_t = self.v_t
+        square = (((e @ e.mT) @ v_t + 2 * (e @ self.k_perp.mT)) * v_t).sum(-2, keepdim=True) + self.k_perp_sq
         return square.clamp_min(0).sqrt()
 
     def weights(self, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -175,21 +196,21 @@ class _CappedProblem:
         """ The objective and its gradient in (c, e). W_k = nq (V e + P) / n (P = K_perp, n its row norms) enters
         through V^T W_k = nq (A e + B), A = V^T diag(1/n) V, B = V^T diag(1/n) P; and with G the gradient with
         respect to V^T W_k, the gradient in e is nq A G - V^T diag(t) (V e + P), t = nq s / n^3, s_i the dot product
-        of row i of V e + P with row i of V G. Every product is (B, D, r) or smaller, but the four with P. """
+        of row i of V e + P with row i of V G. Every product is (B, r, D) or smaller, but the four with P. """
         c, e = self._unpack(z)
-        nq, v, p = self.nq, self.v, self.k_perp
+        nq, v, v_t, p = self.nq, self.v, self.v_t, self.k_perp
         q_norm = ((c * c).sum(-2, keepdim=True) + self.q_perp_sq).sqrt()     # column norms of V c + Q_perp
         q_seen = nq * c / q_norm                                             # V^T W_q
         n = self._row_norms(e)
-        v_n = v / n                                                          # (B, D, r): V diag(1/n)
-        a = v_n.mT @ v
-        k_seen = nq * (a @ e + v_n.mT @ p)                                   # V^T W_k
+        v_n = v_t / n                                                        # (B, r, D): V^T diag(1/n)
+        a = v_n @ v
+        k_seen = nq * (a @ e + v_n @ p)                                      # V^T W_k
         value, grad_m = self.objective(q_seen @ k_seen.mT)
         grad_q = grad_m @ k_seen
         g = grad_m.mT @ q_seen                                               # (B, r, k)
-        s = ((v @ (e @ g.mT) + p @ g.mT) * v).sum(-1, keepdim=True)         # (V e + P)_i . (V G)_i
-        v_t = v * (nq * s / n.pow(3))
-        grad_e = nq * (a @ g) - (v_t.mT @ v) @ e - v_t.mT @ p
+        s = (((g @ e.mT) @ v_t + g @ p.mT) * v_t).sum(-2, keepdim=True)     # (V e + P)_i . (V G)_i
+        v_s = v_t * (nq * s / n.pow(3))                                      # V^T diag(t)
+        grad_e = nq * (a @ g) - (v_s @ v) @ e - v_s @ p
         # through the column normalization of W_q: the gradient of a unit vector's direction, times nq / norm
         grad_c = (grad_q - c * (c * grad_q).sum(-2, keepdim=True) / q_norm.square()) * (nq / q_norm)
         return value, torch.cat([grad_c.flatten(1), grad_e.flatten(1)], 1)
@@ -248,7 +269,7 @@ def solve_fast(
     count = solved.shape[0]
     wq, wk = _uniform_start(count, x.shape[-1], head_dim, num_heads, generator)
     # in float64: L-BFGS carries the kernels' last bits into its steps (in float32 two kernel paths gave ViT-B weights
-    # 7e-2 of the largest apart, ViT-S 1.3e-4, width 32 5e-5; in float64 within 1.3e-5: docs/benchmarks.md)
+    # 7e-2 of the largest apart, ViT-S 1.3e-4, width 32 5e-5; in float64 within 3.9e-6: docs/benchmarks.md)
     wq, wk = wq.double(), wk.double()
     nq = wq.norm(dim=-2).mean()  # as the reference: the mean initial column norm over the batch's starts
     with denormals_flushed():
@@ -257,21 +278,25 @@ def solve_fast(
         wq, wk = problem.weights(z)
         wq, wk = wq.to(x.dtype), wk.to(x.dtype)
         stats = map_stats(x, wq, wk, solved)
-    wq, wk = (_per_head(w, inverse, source, flipped, features) for w in (wq, wk))
-    if reuse_solutions:
-        perm, signs = _signed_permutation(targets.shape[0], head_dim, generator)
-        wq, wk = (w.gather(-1, perm.unsqueeze(1).expand_as(w)) * signs for w in (wq, wk))
+    perm, signs = _signed_permutation(targets.shape[0], head_dim, generator) if reuse_solutions else (None, None)
+    wq, wk = (_per_head(w, inverse, source, flipped, features, perm, signs) for w in (wq, wk))
     info = {key: value[source][inverse] for key, value in stats.items()}
     return wq, wk, dict(info, nq=[float(nq)], iters=iters, solves=count, warm_start=warm_start)
 
 
-def _per_head(w: torch.Tensor, inverse, source, flipped, features) -> torch.Tensor:
+def _per_head(w: torch.Tensor, inverse, source, flipped, features, perm=None, signs=None) -> torch.Tensor:
     """ Each head's weights (heads, D, k) from the solves' (solves, D, k), as `_solves` maps them: its target's
-    solve, with the h and w features swapped where the target is that solve's grid transpose. """
-    w = w[source]
+    solve, with the h and w features swapped where the target is that solve's grid transpose, and with `perm`
+    and `signs` (heads, k) its head dimensions permuted and signed (`_signed_permutation`). One gather: every
+    head's copy is read from the solves directly. """
+    heads, (dim, width) = inverse.shape[0], w.shape[1:]
+    solve = source[inverse]
+    rows = torch.arange(dim).expand(heads, dim)
     if flipped is not None:
-        w = torch.where(flipped[:, None, None], w[:, features], w)
-    return w[inverse]
+        rows = torch.where(flipped[inverse][:, None], features, rows)
+    cols = torch.arange(width).expand(heads, width) if perm is None else perm
+    out = w[solve[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return out if signs is None else out.mul_(signs)
 
 
 def _solves(x: torch.Tensor, targets: torch.Tensor, reuse_solutions: bool):

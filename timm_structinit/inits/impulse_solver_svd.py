@@ -7,7 +7,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn.functional as F
 
-from .canonical import canonical_svd
+from .canonical import canonical_gram_svd, canonical_row_space
 from .impulse_maps import _finish
 
 __all__ = ['solve_svd']
@@ -38,10 +38,13 @@ def solve_svd(
     """ The 2025 closed form. targets (B, N).
 
     Per head: T = target_scale * H + noise_scale * n off the impulse, n ~ truncated normal (std noise_std, cut at
-    +-2, in float32, drawn as timm's `trunc_normal_` draws it: the same bits from the same generator state); A = X+ T X+^T with X+ the rank-k truncated pseudo-inverse (rank capped at X's numerical rank, which
-    matters for the low-rank sin-cos pseudo input); W_q = U_k S_k^1/2, W_k = V_k S_k^1/2, each scaled to
-    Frobenius norm `factor_norm`. Since X+ = V_k S_k^-1 U_k^T, A = V_k (S_k^-1 U_k^T T U_k S_k^-1) V_k^T and the
-    per-head SVD is of a k x k matrix: the same factors as an SVD of the D x D matrix, at a fraction of the cost.
+    +-2, in float32, drawn as timm's `trunc_normal_` draws it: the same bits from the same generator state);
+    A = X+ T X+^T with X+ the rank-k truncated pseudo-inverse (rank capped at X's numerical rank, which matters for
+    the low-rank sin-cos pseudo input); W_q = U_k S_k^1/2, W_k = V_k S_k^1/2, each scaled to Frobenius norm
+    `factor_norm`. Since X+ = V_k S_k^-1 U_k^T, A = V_k (S_k^-1 U_k^T T U_k S_k^-1) V_k^T and the per-head SVD is
+    of that k x k core: the same factors as an SVD of the D x D matrix, at a fraction of the cost. X's directions
+    and each core's SVD come from float64 eigendecompositions of Gram matrices (`canonical_row_space`,
+    `canonical_gram_svd`: the vectors `canonical_svd` gives, at about half its cost).
 
     `rtol`: singular values of X below rtol * the largest are left out of the pseudo-inverse. A learned table (the
     2025 setup, random at init) has a flat spectrum and keeps all k; a LayerNormed sin-cos table has a steep one
@@ -50,26 +53,29 @@ def solve_svd(
     gone and every map is uniform (1/N on the target). At rtol 0.1 the same solve puts ~0.85 on the target.
     """
     n = targets.shape[-1]
-    u, s, vh = canonical_svd(x.double())
-    rank = min(head_dim, int((s > rtol * s[0]).sum()))
-    u_k, s_k, v_k = u[:, :rank], s[:rank], vh[:rank].T
-    # U_k^T T U_k without forming T: the noise part (float32 draws, as the authors') as one float64 product, then on
-    # each row's impulse the noise swapped for target_scale: T = s n + sum_q c_q e_q e_t(q)^T with c_q = target_scale
-    # - s n[q, t(q)] (0 for a row without a target). Float64 throughout: the singular values of a scaled impulse map
-    # come in near-equal clusters, whose vectors a float32 product's last bits would turn
+    y, s, v = canonical_row_space(x, rtol)  # Y = X V = U S over the directions above rtol x the largest
+    rank = min(head_dim, s.shape[0])
+    pinv_t = y[:, :rank] / s[:rank].square()  # U_k S_k^-1 = (X+)^T
+    # A's core S_k^-1 U_k^T T U_k S_k^-1, T = target_scale on each row's impulse and the scaled noise (float32
+    # draws, as the authors') elsewhere, in float64 throughout: the singular values of a scaled impulse map come in
+    # near-equal clusters, whose vectors a float32 product's last bits would turn
     noise = _trunc_normal((*targets.shape, n), noise_std, -2.0, 2.0, generator)
-    inner = noise_scale * ((u_k.T @ noise.double()) @ u_k)
-    index = targets.clamp_min(0)
-    swap = (target_scale - noise_scale * noise.gather(-1, index[..., None])[..., 0].double()) * (targets >= 0)
-    inner += (u_k * swap[..., None]).mT @ u_k[index]
-    inner = inner / (s_k.view(-1, 1) * s_k.view(1, -1))  # (B, rank, rank)
-    a_u, a_s, a_vh = canonical_svd(inner)
-    root = a_s.sqrt().unsqueeze(-2)
-    wq = v_k @ (a_u * root)
-    wk = v_k @ (a_vh.mT * root)
+    scaled = noise.double().mul_(noise_scale)
+    rows = torch.nonzero(targets >= 0, as_tuple=True)
+    scaled[(*rows, targets[rows])] = target_scale
+    inner = (pinv_t.T @ scaled) @ pinv_t  # (B, rank, rank)
+    # its SVD per head, as U S^1/2 and V S^1/2 with S^1/2 from the columns of U S themselves (`canonical_gram_svd`)
+    us, _, right = canonical_gram_svd(inner)
+    root = us.norm(dim=-2, keepdim=True).sqrt()
+    c, e = us / root.clamp_min(torch.finfo(us.dtype).tiny), right * root
     if rank < head_dim:  # a rank-r solution in a k-wide head: the remaining columns are zero
         pad = (0, head_dim - rank)
-        wq, wk = F.pad(wq, pad), F.pad(wk, pad)
-    wq = factor_norm * wq / wq.norm(dim=(-2, -1), keepdim=True)
-    wk = factor_norm * wk / wk.norm(dim=(-2, -1), keepdim=True)
-    return _finish(x, wq.to(x.dtype), wk.to(x.dtype), targets, rank=rank)
+        c, e = F.pad(c, pad), F.pad(e, pad)
+    # V_k has orthonormal columns: V_k C has C's Frobenius norm, so the scaling is done on the small factors
+    c = factor_norm * c / c.norm(dim=(-2, -1), keepdim=True)
+    e = factor_norm * e / e.norm(dim=(-2, -1), keepdim=True)
+    v_k = v[:, :rank]
+    wq, wk = (v_k @ c).to(x.dtype), (v_k @ e).to(x.dtype)
+    # the maps' statistics from the rank-k coordinates: X W_q = (X V_k) C, at a fraction of the D-wide product
+    _, _, info = _finish(y[:, :rank].to(x.dtype), c.to(x.dtype), e.to(x.dtype), targets, rank=rank)
+    return wq, wk, info

@@ -16,26 +16,29 @@ import torch
 __all__ = ['minimize']
 
 
-def _direction(g: torch.Tensor, s: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
-               h0: torch.Tensor) -> torch.Tensor:
-    """ -H g for the L-BFGS inverse Hessian H of pairs s, y (B, m, P) oldest first, weights 1 / (s . y) (B, m), 0
-    for a skipped pair, and initial inverse Hessian diag(h0) (B, P).
+def _direction(g: torch.Tensor, s: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, h0: torch.Tensor,
+               order: torch.Tensor) -> torch.Tensor:
+    """ -H g for the L-BFGS inverse Hessian H of pairs s, y (B, m, P) in the slots `order` lists oldest first,
+    weights 1 / (s . y) (B, m), 0 for a skipped pair, and initial inverse Hessian diag(h0) (B, P).
 
     First loop, newest to oldest: a_j = w_j s_j . (q - sum_{i > j} a_i y_i), q = -g; second loop, oldest to newest:
     b_j = w_j y_j . r_j, r_{j+1} = r_j + (a_j - b_j) s_j, r_0 = h0 * (q - sum_i a_i y_i). With the Gram matrix
     G = S Y^T these are (I + diag(w) triu(G, 1)) a = w * S q and (I + diag(w) tril(G^T, -1)) b = w * (Y r_0 +
-    tril(G^T, -1) a). """
+    tril(G^T, -1) a), in age order; the (B, m, P) pairs stay in their slots (sums over pairs need no order) and
+    only the m x m systems are put in age order. """
     q = -g
-    gram = s @ y.mT                                                   # (B, m, m): s_j . y_i
+    gram = (s @ y.mT)[:, order][:, :, order]                          # (B, m, m): s_j . y_i, oldest first
+    w = weight[:, order]
     eye = torch.eye(s.shape[1], dtype=g.dtype)
-    later = torch.triu(gram, 1) * weight[:, :, None]
+    later = torch.triu(gram, 1) * w[:, :, None]
     # the vector products as row vector @ matrix: a batched matrix @ column vector is ~10x slower on CPU
-    a = torch.linalg.solve_triangular(eye + later, (weight * (q[:, None] @ s.mT)[:, 0])[..., None], upper=True)
-    r = h0 * (q - (a.mT @ y)[:, 0])
+    a = torch.linalg.solve_triangular(eye + later, (w * (q[:, None] @ s.mT)[:, 0, order])[..., None], upper=True)
+    in_slots = torch.argsort(order)
+    r = h0 * (q - (a[:, in_slots].mT @ y)[:, 0])
     earlier = torch.tril(gram.mT, -1)
-    rhs = weight[:, :, None] * ((r[:, None] @ y.mT).mT + earlier @ a)
-    b = torch.linalg.solve_triangular(eye + earlier * weight[:, :, None], rhs, upper=False)
-    return r + ((a - b).mT @ s)[:, 0]
+    rhs = w[:, :, None] * ((r[:, None] @ y.mT).mT[:, order] + earlier @ a)
+    b = torch.linalg.solve_triangular(eye + earlier * w[:, :, None], rhs, upper=False)
+    return r + ((a - b)[:, in_slots].mT @ s)[:, 0]
 
 
 def minimize(
@@ -59,14 +62,18 @@ zero) along -precond * g; a
     tiny = torch.finfo(z.dtype).tiny
     scale = torch.ones(z.shape[-1], dtype=z.dtype) if precond is None else precond
     f, g = value_and_grad(z)
-    pairs_s = torch.zeros(z.shape[0], history, z.shape[1], dtype=z.dtype)  # oldest first
+    # the last `history` pairs in a ring of slots, written in place rather than the whole history copied every
+    # step (2 MB for ViT-S's 14 solves); `order` lists the slots oldest first
+    pairs_s = torch.zeros(z.shape[0], history, z.shape[1], dtype=z.dtype)
     pairs_y = torch.zeros_like(pairs_s)
     weight = torch.zeros(z.shape[0], history, dtype=z.dtype)  # 1 / (s . y); 0 for an empty or skipped slot
+    slots = torch.arange(history)
     size = z.norm(dim=-1)
     gamma = first_step * torch.where(size > 0, size, 1.0) / (g * scale).norm(dim=-1).clamp_min(tiny)
     alpha = torch.ones(z.shape[0], dtype=z.dtype)
-    for _ in range(evals - 1):
-        d = _direction(g, pairs_s, pairs_y, weight, gamma[:, None] * scale)
+    for step in range(evals - 1):
+        order = (slots + step) % history
+        d = _direction(g, pairs_s, pairs_y, weight, gamma[:, None] * scale, order)
         slope = (g * d).sum(-1)
         trial = torch.addcmul(z, alpha[:, None], d)
         f_trial, g_trial = value_and_grad(trial)
@@ -75,9 +82,10 @@ zero) along -precond * g; a
         sy = (s * y).sum(-1)
         curved = accepted & (sy > 1e-10 * s.norm(dim=-1) * y.norm(dim=-1))
         keep = curved[:, None].to(z.dtype)
-        pairs_s = torch.cat([pairs_s[:, 1:], (s * keep)[:, None]], 1)
-        pairs_y = torch.cat([pairs_y[:, 1:], (y * keep)[:, None]], 1)
-        weight = torch.cat([weight[:, 1:], keep / torch.where(curved, sy, 1.0)[:, None]], 1)
+        newest = int(order[0])  # the oldest slot takes the new pair
+        torch.mul(s, keep, out=pairs_s[:, newest])
+        torch.mul(y, keep, out=pairs_y[:, newest])
+        weight[:, newest] = keep[:, 0] / torch.where(curved, sy, 1.0)
         gamma = torch.where(curved, sy / (y * y * scale).sum(-1).clamp_min(tiny), gamma)
         # a rejected step is retried shorter: the minimum of the quadratic through f(0), f'(0) and f(alpha)
         curvature = (f_trial - f - alpha * slope).clamp_min(tiny)

@@ -140,11 +140,13 @@ def _top_factors(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor
     else:
         # every vector, or nearly: the float64 eigendecomposition keeps the eigenvectors of close singular values
         # apart, so that each factor, not only their product, is the same on every kernel path
-        v = _full_eigenvectors(a)[0][..., :rank]
-        us = a.double() @ v  # U_r S_r
+        a64 = a.double()
+        v = _full_eigenvectors(a64)[0][..., :rank]
+        us = a64 @ v  # U_r S_r
     root = us.norm(dim=-2, keepdim=True).sqrt()  # S_r^1/2, from the columns themselves
-    left = us / root.clamp_min(torch.finfo(us.dtype).tiny)  # an exactly zero column stays zero
-    return left.to(a.dtype), (v * root).to(a.dtype)
+    # in place: us and v are this function's own (a D x D float64 copy fewer each, per matrix)
+    left = us.div_(root.clamp_min(torch.finfo(us.dtype).tiny))  # an exactly zero column stays zero
+    return left.to(a.dtype), v.mul_(root).to(a.dtype)
 
 
 def truncated_factors(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor]:
