@@ -261,12 +261,13 @@ def main(argv=None) -> None:
                          f'and the matrices it factorizes drawn and factorized as torch provides it; with plain '
                          f'timm\'s own build (1x) it exceeds 3x for {len(beyond)} of {len(floors)} rows'
                          + (f' ({", ".join(sorted(beyond))})' if beyond else ''))
-            lines.append(f'# eigv.: the eigenvalues alone of the same matrices in float32 (no exact method is faster); '
-                         f'with plain timm\'s build they stay within 3x for {len(below)} of {len(factorizing)} '
-                         f'factorizing rows' + (f' ({", ".join(below)})' if below else ''))
+            if factorizing:
+                lines.append(f'# eigv.: the eigenvalues alone of the same matrices in float32 (no exact method is '
+                             f'faster); with plain timm\'s build they stay within 3x for {len(below)} of '
+                             f'{len(factorizing)} factorizing rows' + (f' ({", ".join(below)})' if below else ''))
             lines.append(f'# above 3x with the floor above 3x too: {len([l for l in over if l in beyond])}; above 3x '
                          f'with the floor within 3x: {", ".join(l for l in over if l not in beyond) or "none"}')
-        print('\n'.join(lines[-(1 + 3 * bool(floors)):]), flush=True)
+        print('\n'.join(lines[-(1 + (2 + bool(factorizing)) * bool(floors)):]), flush=True)
     torch.set_num_threads(saved)
     if args.out:
         write_lines(args.out, lines)
