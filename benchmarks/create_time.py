@@ -139,11 +139,11 @@ def eigenvalue_floor(model, repeats: int, qk: bool = True, vproj: bool = True) -
     return statistics.median(_seconds(eigenvalues) for _ in range(repeats))
 
 
-def solve_floor(build, solver: str, repeats: int) -> float:
-    """ Seconds of an impulse solve alone: the solver call a build makes (caught once, with its pseudo input,
-    targets and generator state), repeated outside the build: the fast solver's float64 L-BFGS (in float32 it
-    carries a kernel path's last bits into the weights: docs/benchmarks.md), or the 2025 closed form (its noise,
-    its per-head core and that core's factorization), each with the map statistics it records. """
+def solve_floor(build, solver: str, repeats: int):
+    """ (seconds of an impulse solve alone, the model built): the solver call a build makes (caught once, with its
+    pseudo input, targets and generator state), repeated outside the build: the fast solver's float64 L-BFGS (in
+    float32 it carries a kernel path's last bits into the weights: docs/benchmarks.md), or the 2025 closed form
+    (its noise, its per-head core and that core's factorization), each with the map statistics it records. """
     calls = []
     solve = SOLVERS[solver]
 
@@ -152,7 +152,7 @@ def solve_floor(build, solver: str, repeats: int) -> float:
         return solve(*args, **kwargs)
     SOLVERS[solver] = catch
     try:
-        build()
+        model = build()
     finally:
         SOLVERS[solver] = solve
 
@@ -160,7 +160,7 @@ def solve_floor(build, solver: str, repeats: int) -> float:
         for args, state, kwargs in calls:
             on_one_thread(solve, *args, torch.Generator().set_state(state), **kwargs)
     solves()  # warm-up
-    return statistics.median(_seconds(solves) for _ in range(repeats))
+    return statistics.median(_seconds(solves) for _ in range(repeats)), model
 
 
 def init_floors(label: str, build, repeats: int) -> Tuple[Optional[float], Optional[float]]:
@@ -171,12 +171,10 @@ def init_floors(label: str, build, repeats: int) -> Tuple[Optional[float], Optio
     solver = solver_of(label)
     if not (qk or vproj or solver):
         return None, None
-    model = build()
-    floor = solve_floor(build, solver, repeats) if solver else 0.0
-    if qk or vproj:
-        floor += drawn_factorizations(model, repeats, qk, vproj)
-        return floor, eigenvalue_floor(model, repeats, qk, vproj)
-    return floor, None
+    floor, model = solve_floor(build, solver, repeats) if solver else (0.0, build())
+    if not (qk or vproj):
+        return floor, None
+    return floor + drawn_factorizations(model, repeats, qk, vproj), eigenvalue_floor(model, repeats, qk, vproj)
 
 
 # what a build's seconds are: time on the wall, or the CPU time of this process (every thread's), which other
@@ -251,6 +249,7 @@ def main(argv=None) -> None:
             lines.append('  each round: ' + ' '.join(f'{x / y:.2f}' for x, y in zip(each_ours, each_timm)))
             print('\n'.join(lines[-2:]), flush=True)
         over = [label for ratio, label in ratios if ratio > 3]
+        summary = len(lines)
         lines.append(f'# {threads} thread(s): {len(ratios) - len(over)} of {len(ratios)} within 3x of plain timm'
                      + (f'; above: {", ".join(over)}' if over else ''))
         beyond = {label for fact, _, label in floors if 1 + fact > 3}
@@ -267,7 +266,7 @@ def main(argv=None) -> None:
                              f'{len(factorizing)} factorizing rows' + (f' ({", ".join(below)})' if below else ''))
             lines.append(f'# above 3x with the floor above 3x too: {len([l for l in over if l in beyond])}; above 3x '
                          f'with the floor within 3x: {", ".join(l for l in over if l not in beyond) or "none"}')
-        print('\n'.join(lines[-(1 + (2 + bool(factorizing)) * bool(floors)):]), flush=True)
+        print('\n'.join(lines[summary:]), flush=True)
     torch.set_num_threads(saved)
     if args.out:
         write_lines(args.out, lines)

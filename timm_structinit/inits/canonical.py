@@ -21,7 +21,8 @@ from typing import Tuple
 import torch
 
 __all__ = [
-    'canonical_basis', 'canonical_svd', 'canonical_gram_svd', 'canonical_row_space', 'CLUSTER_RTOL', 'FACTOR_RULE',
+    'canonical_basis', 'canonical_svd', 'canonical_gram_svd', 'canonical_row_space', 'balance_',
+    'CLUSTER_RTOL', 'FACTOR_RULE',
 ]
 
 # how an init's weights follow from its seed since release 0.2.0, named in every init record ('factor_rule'): this
@@ -117,6 +118,14 @@ def canonical_gram_svd(a: torch.Tensor, rtol: float = CLUSTER_RTOL) -> Tuple[tor
     s = values.flip(-1).clamp_min(0).sqrt()
     v = canonical_basis(vectors.flip(-1), s, rtol=rtol)[0]
     return a64 @ v, s, v
+
+
+def balance_(us: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """ (U S^1/2, V S^1/2) from A V = U S and V (..., D, r), in place of both: S^1/2 is taken from the columns of
+    U S themselves, so that left @ right^T = A V V^T whatever the precision of the small singular values, and
+    neither factor carries the other's scale; an exactly zero column stays zero. """
+    root = us.norm(dim=-2, keepdim=True).sqrt()
+    return us.div_(root.clamp_min(torch.finfo(us.dtype).tiny)), v.mul_(root)
 
 
 def canonical_row_space(x: torch.Tensor, rtol: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

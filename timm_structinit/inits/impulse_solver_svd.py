@@ -7,7 +7,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn.functional as F
 
-from .canonical import canonical_gram_svd, canonical_row_space
+from .canonical import balance_, canonical_gram_svd, canonical_row_space
 from .impulse_maps import _finish
 
 __all__ = ['solve_svd']
@@ -64,10 +64,9 @@ def solve_svd(
     rows = torch.nonzero(targets >= 0, as_tuple=True)
     scaled[(*rows, targets[rows])] = target_scale
     inner = (pinv_t.T @ scaled) @ pinv_t  # (B, rank, rank)
-    # its SVD per head, as U S^1/2 and V S^1/2 with S^1/2 from the columns of U S themselves (`canonical_gram_svd`)
+    # its SVD per head, as U S^1/2 and V S^1/2
     us, _, right = canonical_gram_svd(inner)
-    root = us.norm(dim=-2, keepdim=True).sqrt()
-    c, e = us / root.clamp_min(torch.finfo(us.dtype).tiny), right * root
+    c, e = balance_(us, right)
     if rank < head_dim:  # a rank-r solution in a k-wide head: the remaining columns are zero
         pad = (0, head_dim - rank)
         c, e = F.pad(c, pad), F.pad(e, pad)

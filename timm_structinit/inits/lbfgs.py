@@ -82,7 +82,7 @@ zero) along -precond * g; a
         sy = (s * y).sum(-1)
         curved = accepted & (sy > 1e-10 * s.norm(dim=-1) * y.norm(dim=-1))
         keep = curved[:, None].to(z.dtype)
-        newest = int(order[0])  # the oldest slot takes the new pair
+        newest = step % history  # order[0]: the oldest slot takes the new pair
         torch.mul(s, keep, out=pairs_s[:, newest])
         torch.mul(y, keep, out=pairs_y[:, newest])
         weight[:, newest] = keep[:, 0] / torch.where(curved, sy, 1.0)

@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 from torch import nn
 
-from .canonical import CLUSTER_RTOL, canonical_basis
+from .canonical import CLUSTER_RTOL, balance_, canonical_basis
 from .heads import head_dim_of, write_qk_, write_vproj_, zero_attention_bias_
 from .threads import parallel_map
 
@@ -143,10 +143,8 @@ def _top_factors(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor
         a64 = a.double()
         v = _full_eigenvectors(a64)[0][..., :rank]
         us = a64 @ v  # U_r S_r
-    root = us.norm(dim=-2, keepdim=True).sqrt()  # S_r^1/2, from the columns themselves
-    # in place: us and v are this function's own (a D x D float64 copy fewer each, per matrix)
-    left = us.div_(root.clamp_min(torch.finfo(us.dtype).tiny))  # an exactly zero column stays zero
-    return left.to(a.dtype), v.mul_(root).to(a.dtype)
+    left, right = balance_(us, v)  # in place: us and v are this function's own
+    return left.to(a.dtype), right.to(a.dtype)
 
 
 def truncated_factors(a: torch.Tensor, rank: int) -> Tuple[torch.Tensor, torch.Tensor]:
