@@ -1,5 +1,8 @@
 """ What a user touches is sound for every seed and thread count, every entry point reaches every option, and a
 failed init leaves the model as it was. """
+import sys
+from pathlib import Path
+
 import pytest
 import timm
 import torch
@@ -9,6 +12,9 @@ from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
 from timm_structinit.inits.mimetic import balanced_factors, truncated_factors
 from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
 from paper_reference import assert_record_is_timms
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / 'fixtures'))
+from make_fixtures import small_args  # noqa: E402
 
 # seeds and thread counts that gave factors of ~1e33 (and a product that still looked right) when the factors
 # divided by the square root of a float32 Gram eigenvalue
@@ -173,6 +179,21 @@ def test_failure_during_init_leaves_model_unchanged(init, monkeypatch):
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert not hasattr(model, 'struct_init_record') or model.struct_init_record is None
+
+
+@pytest.mark.parametrize('name', ['vit_tiny_patch2_32_mimetic', 'swin_tiny_patch2_window4_32_impulse3',
+                                  'mixer_s4_32_impulse3'])
+def test_only_a_built_model_keeps_a_copy_to_restore(name, monkeypatch):
+    """ A registered model under construction copies nothing for a failed init (no model is returned then); once
+    built, its `init_weights` copies what the init writes, as `apply_init` does. """
+    import timm_structinit.inits as inits
+    copies = []
+    real = inits._writable_state
+    monkeypatch.setattr(inits, '_writable_state', lambda *args, **kwargs: copies.append(1) or real(*args, **kwargs))
+    model = timm.create_model(name, **small_args(name))
+    assert copies == []
+    model.init_weights()
+    assert copies == [1]
 
 
 def test_init_kwargs_without_init_are_refused():

@@ -40,6 +40,7 @@ class StructMlpMixer(StructInitArgs, MlpMixer):
         self._building = weight_init  # MlpMixer.__init__ calls init_weights once, at the end
         super().__init__(*args, **kwargs)
         self._building = None
+        self._struct_init_built()
 
     def init_weights(self, nlhb: bool = False) -> None:
         building, self._building = getattr(self, '_building', None), None

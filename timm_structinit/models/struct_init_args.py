@@ -18,8 +18,8 @@ __all__ = ['StructInitArgs']
 
 
 class StructInitArgs:
-    """ Mixin for a timm model class: call `_set_struct_init` before timm's `__init__` (which runs `init_weights`)
-    and `_apply_struct_init` at the end of `init_weights`. """
+    """ Mixin for a timm model class: call `_set_struct_init` before timm's `__init__` (which runs `init_weights`),
+    `_struct_init_built` after it, and `_apply_struct_init` at the end of `init_weights`. """
 
     def _set_struct_init(self, family: str, struct_init: Optional[str], struct_init_kwargs: Optional[Dict[str, Any]],
                          struct_init_seed: Optional[int], example: str, weight_init: Any = '',
@@ -51,6 +51,12 @@ class StructInitArgs:
         # checked here, before timm allocates anything; the model's shape is checked when the init is applied
         self.struct_init_cfg = None if struct_init is None else make_init_cfg(
             struct_init, family, **self.struct_init_kwargs)
+        # until the model's own `__init__` ends (`_struct_init_built`): an init that fails then leaves no model
+        # behind, so it keeps no copy of the weights to restore
+        self._under_construction = True
+
+    def _struct_init_built(self) -> None:
+        self._under_construction = False
 
     def _apply_struct_init(self) -> None:
         if self.struct_init is None:
@@ -60,4 +66,5 @@ class StructInitArgs:
             # check that the init applies, write nothing
             check_init_cfg(self, self.struct_init, self.struct_init_cfg)
             return
-        apply_init_cfg(self, self.struct_init, self.struct_init_cfg, seed=self.struct_init_seed)
+        apply_init_cfg(self, self.struct_init, self.struct_init_cfg, seed=self.struct_init_seed,
+                       restore_on_failure=not getattr(self, '_under_construction', False))

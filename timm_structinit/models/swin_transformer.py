@@ -34,6 +34,7 @@ class StructSwinTransformer(StructInitArgs, SwinTransformer):
         self._set_struct_init('swin', struct_init, struct_init_kwargs, struct_init_seed,
                               'swin_tiny_patch2_window4_32_impulse3', kwargs.get('weight_init', ''))
         super().__init__(*args, **kwargs)
+        self._struct_init_built()
 
     def init_weights(self, mode: str = '', needs_reset: bool = True) -> None:
         super().init_weights(mode, needs_reset=needs_reset)

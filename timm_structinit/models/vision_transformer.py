@@ -64,6 +64,7 @@ class StructVisionTransformer(StructInitArgs, VisionTransformer):
         # built with timm's learned table, then holding the fixed one: the random draws, and so every other weight
         # for a given seed, are those of a learned-table model
         super().__init__(*args, pos_embed='learn' if self.sincos_pos_embed else pos_embed, **kwargs)
+        self._struct_init_built()
         if self.sincos_pos_embed:
             self._keep_fixed_table(self.pos_embed.detach())
             self._reset_sincos()  # also when weight_init='skip' left it uninitialized
