@@ -1,8 +1,5 @@
 """ What a user touches is sound for every seed and thread count, every entry point reaches every option, and a
 failed init leaves the model as it was. """
-import sys
-from pathlib import Path
-
 import pytest
 import timm
 import torch
@@ -11,10 +8,8 @@ import timm_structinit
 from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
 from timm_structinit.inits.mimetic import balanced_factors, truncated_factors
 from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
+from kernel_path_builds import small_args
 from paper_reference import assert_record_is_timms
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / 'fixtures'))
-from make_fixtures import small_args  # noqa: E402
 
 # seeds and thread counts that gave factors of ~1e33 (and a product that still looked right) when the factors
 # divided by the square root of a float32 Gram eigenvalue
