@@ -31,7 +31,7 @@ from timm.models.mlp_mixer import MlpMixer
 
 import timm_structinit
 from timm_structinit.inits.impulse_solvers import SOLVERS
-from timm_structinit.inits.mimetic import _scaled_noise_plus_identity
+from timm_structinit.inits.mimetic import MimeticCfg, _scaled_noise_plus_identity
 from timm_structinit.inits.threads import on_one_thread, parallel_map
 from results_file import write_lines
 
@@ -111,15 +111,18 @@ def drawn_factorizations(model, repeats: int, qk: bool = True, vproj: bool = Tru
     B V. What the init does beyond this (the float64 Rayleigh-Ritz step that fixes the top k, the canonical bases,
     the writes) is not counted. """
     shapes = _factorized_matrices(model)
+    cfg = MimeticCfg()  # the paper's constants, which impulse2025's V/proj keeps
 
     def work():
         generator = torch.Generator().manual_seed(0)
         for d, (heads, rank, layers) in shapes.items():
             if qk:
-                a = _scaled_noise_plus_identity((heads, d, d), d, 'normal', 0.7, 0.7, generator)
+                a = _scaled_noise_plus_identity((heads, d, d), d, cfg.noise_dist, cfg.qk_noise,
+                                                cfg.qk_sign * cfg.qk_identity, generator)
                 parallel_map(lambda a: (a @ torch.linalg.eigh(a.mT @ a)[1][..., -rank:],), a)
             if vproj:
-                b = _scaled_noise_plus_identity((layers, d, d), d, 'normal', 0.4, -0.4, generator).double()
+                b = _scaled_noise_plus_identity((layers, d, d), d, cfg.noise_dist, cfg.vproj_noise,
+                                                cfg.vproj_sign * cfg.vproj_identity, generator).double()
                 parallel_map(lambda b: (b @ torch.linalg.eigh(b.mT @ b)[1],), b)
     work()  # warm-up
     return statistics.median(_seconds(work) for _ in range(repeats))
