@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..utils.atomic import atomic_file
 
 __all__ = ['JOBS_FOLDER', 'JOBS_FILE', 'JobState', 'GONE', 'SlurmUnavailable', 'read_jobs', 'write_jobs', 'submit_job',
-           'job_states', 'refuse_jobs_running']
+           'job_states', 'refuse_jobs_running', 'sbatch_refusal']
 
 JOBS_FOLDER = 'slurm'  # under --out: submitit's scripts, pickles and job logs, and the record of the jobs
 JOBS_FILE = 'jobs.json'
@@ -72,7 +72,7 @@ def write_jobs(folder: Path, jobs: Dict[str, List[str]]) -> None:
         tmp.write_text(json.dumps(dict(jobs=jobs), indent=1) + '\n')
 
 
-def _refusal(message: str) -> str:
+def sbatch_refusal(message: str) -> str:
     """ sbatch's own words for a refusal, on one line. """
     lines = [re.sub(r'^\w+: (error: )?', '', line.strip()) for line in message.splitlines() if line.strip()]
     return '; '.join(dict.fromkeys(lines)) or 'no reason given'
@@ -92,7 +92,7 @@ def submit_job(executor, job, name: str) -> str:
             if re.fullmatch(r'(\.submission_file_)?[0-9a-f]{32}\.(pkl|sh)', leftover.name) and \
                     leftover.stat().st_mtime >= started - 1:
                 leftover.unlink()
-        raise ConfigError(f'SLURM refused the job of {name}: {_refusal(str(e))}') from None
+        raise ConfigError(f'SLURM refused the job of {name}: {sbatch_refusal(str(e))}') from None
 
 
 def _squeue(ids: List[str]) -> Dict[str, JobState]:
@@ -104,7 +104,7 @@ def _squeue(ids: List[str]) -> Dict[str, JobState]:
     if done.returncode != 0:
         if 'Invalid job id' in done.stderr:  # the one job asked for is no longer known
             return {}
-        raise SlurmUnavailable(f'squeue: {_refusal(done.stderr or done.stdout)}')
+        raise SlurmUnavailable(f'squeue: {sbatch_refusal(done.stderr or done.stdout)}')
     states = {}
     for line in done.stdout.splitlines():
         fields = line.strip().split('|')

@@ -5,9 +5,10 @@ launcher without `--launcher slurm`, a local-only option with it, a bad value or
 no `sbatch` on this machine. """
 import argparse
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from timm_structinit_cli.slurm_options import SLURM_DEFAULTS, SLURM_KEYS, option_of
 
@@ -45,13 +46,13 @@ def _file_values(path: str) -> Dict[str, Any]:
     """ The values of a --slurm-config file, each read as its option reads it; ConfigError naming the file. """
     import yaml
     fix = f'see --help for the keys: {", ".join(SLURM_KEYS)}'
-    try:
-        values = yaml.safe_load(Path(path).read_text(encoding='utf-8'))
+    try:  # every value as the text written, as sbatch reads it: `time: 4:00:00` is no base-60 number
+        values = yaml.load(Path(path).read_text(encoding='utf-8'), Loader=yaml.BaseLoader)
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f'--slurm-config {path}: cannot be read ({getattr(e, "strerror", None) or e})') from None
     except yaml.YAMLError as e:
         raise ConfigError(f'--slurm-config {path}: not valid YAML ({" ".join(str(e).split())})') from None
-    values = {} if values is None else values
+    values = {} if values in (None, '') else values
     if not isinstance(values, dict):
         raise ConfigError(f'--slurm-config {path}: holds a {type(values).__name__}, not a mapping of keys; {fix}')
     read = {}
@@ -107,7 +108,34 @@ def slurm_request(args: argparse.Namespace) -> Optional[SlurmRequest]:
     if missing:
         raise ConfigError(f'--launcher slurm: no {missing[0]} on this machine (PATH); run compare on a machine that '
                           f'submits SLURM jobs (a login node), or leave --launcher slurm out to train here')
-    return SlurmRequest(**values)
+    request = SlurmRequest(**values)
+    _test_only(request)
+    return request
+
+
+def _sbatch_options(request: SlurmRequest) -> List[str]:
+    """ The sbatch options of each run's job, as submitit writes them into its script. """
+    import submitit
+    options = [f'--time={request.time}', '--nodes=1', '--ntasks-per-node=1', f'--gpus-per-node={request.gpus}',
+               f'--signal={submitit.JobEnvironment.USR_SIG}@{request.signal_delay}']
+    options += [f'--{name}={value}' for name, value in (('partition', request.partition), ('account', request.account),
+                                                         ('qos', request.qos), ('cpus-per-task', request.cpus))
+                if value is not None]
+    return options + [f'--{key}={value}' for key, value in request.extra.items()]
+
+
+def _test_only(request: SlurmRequest) -> None:
+    """ SLURM's verdict on the jobs' request before any work (`sbatch --test-only`, which submits nothing): an
+    unknown partition, account or QOS, a request no node holds, each in SLURM's own words. """
+    from .slurm_queue import sbatch_refusal
+    command = ['sbatch', '--test-only', *_sbatch_options(request), '--output=/dev/null', '--wrap=true']
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ConfigError(f'--launcher slurm: sbatch did not answer ({e})') from None
+    if done.returncode != 0:
+        raise ConfigError(f'--launcher slurm: SLURM refuses the jobs\' request ({request.describe()}): '
+                          f'{sbatch_refusal(done.stderr or done.stdout)}')
 
 
 def make_executor(request: SlurmRequest, folder: Path, cluster: str = 'slurm'):
