@@ -29,7 +29,7 @@ from .plan import (
     run_name,
     settings_difference)
 from .records import ELAPSED_FILE, SETTINGS_FILE, read_elapsed, read_results, read_settings
-from .slurm_queue import refuse_jobs_running
+from .slurm_queue import JOBS_FOLDER, read_jobs, refuse_jobs_running
 from .slurm_request import SlurmRequest, check_elsewhere, slurm_request
 
 __all__ = ['add_arguments', 'run', 'HELP', 'DEFAULT_ARMS', 'PLAIN']
@@ -277,13 +277,15 @@ def run(args: argparse.Namespace) -> int:
     finished = read_results(out / 'runs', folder_name)
     for path in sorted((out / 'runs').glob(f'*/{ELAPSED_FILE}')):
         read_elapsed(path)
+    jobs = read_jobs(out / JOBS_FOLDER)  # the SLURM jobs of the folder's runs
+    if slurm is None:
+        refuse_jobs_running(out, jobs)
     checked = _plan(args, out, saved['arms'] if saved else [], slurm)
     _check_same_settings(out, checked.plan, saved)
     if slurm is not None:
         from .slurm_session import run_on_slurm
         _record_settings(out, checked, saved, None)  # each run's time is its job's (what ran here says nothing)
         return run_on_slurm(args, out, checked, slurm)
-    refuse_jobs_running(out)
     share = core_share(args.concurrent)
     # once a run has finished, the runs that finished say what a run takes; before, the estimate, made beside the
     # runs --concurrent trains at the same time (the comparison's first run, into a temporary folder)

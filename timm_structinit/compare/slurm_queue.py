@@ -155,12 +155,12 @@ def job_states(ids: Iterable[str], cluster: str = 'slurm') -> Dict[str, JobState
     return {i: states.get(i, JobState(GONE)) for i in ids}
 
 
-def refuse_jobs_running(out: Path) -> None:
-    """ A comparison trained here refuses a folder whose runs have SLURM jobs still queued or running (both would
-    train the same runs), naming them and what to do; where SLURM cannot be asked, any unfinished run's job counts. """
+def refuse_jobs_running(out: Path, record: Dict[str, List[str]]) -> None:
+    """ A comparison trained here refuses a folder whose runs have SLURM jobs (`record`, its jobs.json) still queued
+    or running (both would train the same runs), naming them and what to do; where SLURM cannot be asked, any
+    unfinished run's job counts. """
     import shutil
     from .records import RESULT_FILE
-    record = read_jobs(out / JOBS_FOLDER)
     current = {name: ids[-1] for name, ids in record.items() if not (out / 'runs' / name / RESULT_FILE).is_file()}
     if not current:
         return

@@ -101,10 +101,9 @@ def _submit_missing(jobs: Dict[str, RunJob], out: Path, request: SlurmRequest, c
 
 def _job_error(out: Path, job_id: str) -> Optional[str]:
     """ The error a job's run ended with, as the job wrote it (submitit's result file), on one line. """
-    from submitit.core.utils import pickle_load
-    path = out / JOBS_FOLDER / f'{job_id}_0_result.pkl'
+    from submitit.core.utils import JobPaths, pickle_load
     try:
-        outcome, value = pickle_load(path)
+        outcome, value = pickle_load(JobPaths(out / JOBS_FOLDER, job_id, task_id=0).result_pickle)
     except (OSError, EOFError, ValueError, ImportError, AttributeError):
         return None
     if outcome != 'error':
@@ -118,8 +117,9 @@ def _failure(out: Path, job: RunJob, job_id: str, state: JobState) -> str:
     why = (_job_error(out, job_id) if state.state in ('FAILED', GONE, 'COMPLETED') else None) or \
         _ENDED.get(state.state, f'its job ended {state.state}')
     log = job.log_dir / f'{job.spec.name}.log'
-    if f'(log: ' not in why:
-        why += f' (log: {log if log.is_file() else out / JOBS_FOLDER / f"{job_id}_0_log.err"})'
+    if '(log: ' not in why:
+        from submitit.core.utils import JobPaths
+        why += f' (log: {log if log.is_file() else JobPaths(out / JOBS_FOLDER, job_id, task_id=0).stderr})'
     resume = ', resuming from its last finished epoch' if (job.spec.folder / 'last.pth.tar').is_file() else ''
     return f'[failed] {job.spec.name} (job {job_id}): {why}; the same command submits it again{resume}'
 
