@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from slurm_cluster import ClusterUnavailable, start_cluster, stop_cluster
+from slurm_cluster import ClusterUnavailable, _free_port, start_cluster, stop_cluster
 from test_docs import COMMAND_LINES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -198,3 +198,42 @@ def test_a_partition_slurm_does_not_know_is_its_one_line_before_any_job(cluster,
     assert done.returncode == 2 and done.stderr.count('\n') == 1, done.stdout + done.stderr
     assert "SLURM refuses the jobs' request (partition nope" in done.stderr
     assert 'Invalid partition name specified' in done.stderr and not out.exists()
+
+
+ENDED = ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL')
+
+
+def _job_state(job_id: str, env) -> str:
+    return subprocess.run(['squeue', '--noheader', '--states=all', '--format=%T', f'--jobs={job_id}'], env=env,
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def test_the_guides_torchrun_script_trains_requeues_itself_before_its_time_limit_and_resumes(cluster, workdir):
+    """ The guide's CPU run of the torchrun script (two processes, gloo), shrunk; the time limit's signal, sent to the
+    script as `--signal=B:USR1@300` sends it, in mid-run: the job requeues itself and the run resumes. """
+    line, = [line for line in _guide_lines() if ' sbatch ' in f' {line} ' and '--device cpu' in line]
+    tokens = shlex.split(line.replace('docs/cluster_train.sbatch', str(REPO / 'docs' / 'cluster_train.sbatch')))
+    env = dict(cluster, PATH=f'{Path(sys.executable).parent}{os.pathsep}{cluster["PATH"]}',
+               MASTER_PORT=str(_free_port()))
+    while '=' in tokens[0]:  # the line's environment
+        name, _, value = tokens.pop(0).partition('=')
+        env[name] = value
+    shrink = ['--epochs', '3', '--workers', '0', '--warmup-epochs', '0', '--model-kwargs', 'embed_dim=16', 'depth=1',
+              'num_heads=2']
+    done = subprocess.run([tokens[0], '--parsable', *tokens[1:], *shrink], cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    log = workdir / f'digits_ddp-{job_id}.out'
+    _wait(lambda: log.is_file() and 'epoch   1/3' in log.read_text() or _job_state(job_id, env) in ENDED, 240,
+          'the first epoch')
+    assert _job_state(job_id, env) == 'RUNNING', log.read_text()[-3000:]
+    subprocess.run(['scancel', '--signal=USR1', '--batch', job_id], env=env, check=True, timeout=60)
+    _wait(lambda: _job_state(job_id, env) in ENDED, 300, 'the job to end')
+    text = log.read_text()
+    assert _job_state(job_id, env) == 'COMPLETED', text[-3000:]
+    assert f'time limit near: requeuing job {job_id}' in text and 'interrupted (SIGTERM) in epoch' in text, text
+    resumed = re.search(r'Output: .*; epochs (\d)\.\.3 of 3', text.split('requeuing job')[1])
+    assert resumed and resumed.group(1) in ('2', '3'), text[-3000:]
+    summary = (workdir / 'output' / 'train' / 'digits_ddp' / 'summary.csv').read_text().splitlines()
+    assert [row.split(',')[0] for row in summary[1:]] == ['0', '1', '2'] and 'Done: ' in text
