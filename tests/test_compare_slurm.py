@@ -4,6 +4,7 @@ are read, the line of every way a job ends without its run's result, the display
 submitit's local executor (the same code as on SLURM: a run done, one stopped at its job's signal and requeued, one
 failing; submitting what is missing, never a run twice). tests/test_slurm.py runs the guide's commands on a real
 SLURM. """
+import dataclasses
 import json
 import os
 import re
@@ -93,6 +94,8 @@ def test_an_sbatch_option_compare_sets_is_no_extra_option(key):
     ([*SLURM, '--slurm-time', '0'], "'0': a time limit must be longer than zero"),
     ([*SLURM, '--slurm-extra', 'output=x.log'], 'output is not an extra option'),
     ([*SLURM, '--slurm-config', '/nonexistent/cluster.yaml'], '--slurm-config /nonexistent/cluster.yaml: cannot be read'),
+    ([*SLURM, '--slurm-signal-delay', '600'], '--slurm-signal-delay 600: the signal would come before a job starts'),
+    ([*SLURM, '--device', 'cuda'], '--device cuda: the jobs ask for no GPU; add --slurm-gpus 1'),
 ])
 def test_the_launchers_options_are_refused_in_one_line_before_any_work(tmp_path, capsys, slurm_tools, argv, words):
     code, stdout, err = _compare(argv, tmp_path / 'cmp', capsys)
@@ -241,6 +244,34 @@ def test_a_failed_runs_line_is_its_own_error_and_log(tmp_path):
                                              (139, False), (0, False), (None, False)])
 def test_a_stop_by_a_schedulers_signal_is_told_from_a_failure(status, stopped):
     assert stopped_by_signal(status) is stopped
+
+
+class _Ended:
+    returncode = 143
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.mark.parametrize('epochs_before, epochs_now, ran, requeued', [
+    (0, 1, 100.0, True),   # an epoch finished in this part: requeued
+    (2, 2, 10.0, True),    # stopped early (a pre-emption): requeued
+    (2, 2, 95.0, False),   # ran to the signal before its time limit without an epoch: another part would not either
+])
+def test_a_job_at_its_signal_is_requeued_unless_its_part_finished_no_epoch_in_all_its_time(
+        tmp_path, epochs_before, epochs_now, ran, requeued):
+    from submitit.helpers import DelayedSubmission
+    from timm_structinit.compare.runner import _Active
+    job = dataclasses.replace(_job(tmp_path), signal_after=100.0)
+    job.spec.folder.mkdir(parents=True)
+    (job.spec.folder / 'summary.csv').write_text('epoch\n' + '0\n' * epochs_now)
+    job._first_epoch = epochs_before
+    job._active = _Active(job.spec, _Ended(), True, time.time() - ran, tmp_path / 'log', reader=None)
+    job._active.settled = True
+    again = job.checkpoint()
+    assert isinstance(again, DelayedSubmission) is requeued
+    if requeued:  # the same run, without this part's process
+        assert again.function == job and not hasattr(again.function, '_active')
 
 
 # --- the display -------------------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def _with_defaults(args: argparse.Namespace, slurm: Optional[SlurmRequest]) -> L
     options = list(args.train_options)
     if args.data_dir:
         options += ['--data-dir', args.data_dir]
-    here = 'cuda' if (torch.cuda.is_available() if slurm is None else slurm.gpus) else 'cpu'
+    here = 'cuda' if (torch.cuda.is_available() if slurm is None else slurm.asks_gpus) else 'cpu'
     device = args.device or here
     options += ['--device', device, '--checkpoint-hist', '1']
     if not any(o.split('=')[0] == '--loader' for o in options) and device.startswith('cuda'):

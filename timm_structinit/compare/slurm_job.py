@@ -52,15 +52,16 @@ class RunFailed(RuntimeError):
 
 @dataclasses.dataclass
 class RunJob(submitit.helpers.Checkpointable):
-    """ One run (`spec`, the `arm` and `seed` it trains, on `device`) as a job whose time limit is `time_limit`
-    seconds; its output goes to `log_dir`/NAME.log. Called in the job, it returns the run's result, raises RunFailed,
-    or ends the job without a result when SLURM stopped the run. """
+    """ One run (`spec`, the `arm` and `seed` it trains, on `device`) as a job whose signal comes `signal_after`
+    seconds into each part (its time limit less the signal's delay); its output goes to `log_dir`/NAME.log. Called in
+    the job, it returns the run's result, raises RunFailed, or ends the job without a result when SLURM stopped the
+    run. """
     spec: RunSpec
     arm: Arm
     seed: int
     device: str
     log_dir: Path
-    time_limit: float
+    signal_after: float
 
     def __getstate__(self) -> Dict[str, Any]:  # what a requeued job gets: the run, not its process of this part
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -114,8 +115,8 @@ class RunJob(submitit.helpers.Checkpointable):
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Optional[submitit.helpers.DelayedSubmission]:
         """ At the job's signal: the run stopped at its last finished epoch (stopped here if the signal did not reach
-        it), and this run again as the requeued job's work; None (no requeue, the job fails) when this part finished no
-        epoch in most of its time limit, which another part would not either. """
+        it), and this run again as the requeued job's work; None (no requeue, the job fails) when this part ran to the
+        signal before its time limit without finishing an epoch, which another part would not do either. """
         active: Optional[_Active] = getattr(self, '_active', None)
         if active is not None:
             deadline = time.monotonic() + STOP_GRACE
@@ -125,9 +126,9 @@ class RunJob(submitit.helpers.Checkpointable):
                 _stop([active], Outcome())
             self._settle(active)
             ran = time.time() - active.start
-            if _epoch_of(self.spec.folder) == self._first_epoch and ran > self.time_limit / 2:
-                print(f'{self.spec.name}: no epoch finished in {ran / 60:.0f} min of this job; not requeued',
-                      flush=True)
+            if _epoch_of(self.spec.folder) == self._first_epoch and ran >= 0.9 * self.signal_after:
+                print(f'{self.spec.name}: no epoch finished in {ran / 60:.0f} min, this job\'s time before its limit; '
+                      f'not requeued (raise --slurm-time)', flush=True)
                 return None
         print(f'{self.spec.name}: stopped at the job\'s signal; requeued, it resumes from its last finished epoch',
               flush=True)

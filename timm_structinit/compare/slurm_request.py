@@ -32,6 +32,11 @@ class SlurmRequest:
     signal_delay: int = SLURM_DEFAULTS['signal_delay']
     poll: float = SLURM_DEFAULTS['poll']
 
+    @property
+    def asks_gpus(self) -> bool:
+        """ Whether the jobs ask for GPUs: --slurm-gpus, or sbatch's own options for them in --slurm-extra. """
+        return bool(self.gpus) or any(key.startswith(('gres', 'gpu')) for key in self.extra)
+
     def describe(self) -> str:
         """ The request in words, for the comparison's header. """
         parts = [f'partition {self.partition}' if self.partition else "the cluster's default partition",
@@ -104,11 +109,18 @@ def slurm_request(args: argparse.Namespace) -> Optional[SlurmRequest]:
         raise ConfigError(f'--slurm-gpus {values["gpus"]}: each run of a comparison is one process on one GPU at most; '
                           f'for one run over several GPUs see the torchrun script of docs/cluster.md')
     values['extra'] = dict(values.get('extra', []))
+    if values.get('signal_delay', SLURM_DEFAULTS['signal_delay']) >= values['time'] * 60:
+        raise ConfigError(f'--slurm-signal-delay {values.get("signal_delay", SLURM_DEFAULTS["signal_delay"])}: the '
+                          f'signal would come before a job starts; make it shorter than --slurm-time '
+                          f'({values["time"]} min)')
     missing = [tool for tool in ('sbatch', 'squeue', 'scontrol') if shutil.which(tool) is None]
     if missing:
         raise ConfigError(f'--launcher slurm: no {missing[0]} on this machine (PATH); run compare on a machine that '
                           f'submits SLURM jobs (a login node), or leave --launcher slurm out to train here')
     request = SlurmRequest(**values)
+    if (args.device or '').startswith('cuda') and not request.asks_gpus:
+        raise ConfigError(f'--device {args.device}: the jobs ask for no GPU; add --slurm-gpus 1 (or leave --device '
+                          f'out to train on the CPU)')
     _test_only(request)
     return request
 

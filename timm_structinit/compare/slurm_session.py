@@ -58,7 +58,7 @@ def _jobs(checked, out: Path, request: SlurmRequest) -> Dict[str, RunJob]:
     return {run_name(arm, seed): RunJob(
         RunSpec(run_name(arm, seed), plan.command(arm, seed, str(runs_dir)) + ['--stop-signals', *stops],
                 runs_dir / run_name(arm, seed), first.epochs + first.cooldown_epochs),
-        arm, seed, first.device, runs_dir, request.time * 60.0) for arm, seed in plan.runs()}
+        arm, seed, first.device, runs_dir, request.time * 60.0 - request.signal_delay) for arm, seed in plan.runs()}
 
 
 def _is_done(job: RunJob) -> bool:
@@ -233,7 +233,7 @@ def run_on_slurm(args: argparse.Namespace, out: Path, checked, request: SlurmReq
     jobs = _jobs(checked, out, request)
     record, submitted = _submit_missing(jobs, out, request, cluster)
     _print_header(checked, jobs, record, submitted, request, out)
-    if args.detach:
+    if args.detach and not all(_is_done(job) for job in jobs.values()):
         print(f'detached: the jobs train on their own; collect the answer with: {collect_command()}', flush=True)
         return 0
     settings = read_settings(out / SETTINGS_FILE)
