@@ -239,6 +239,17 @@ def test_a_failed_runs_line_is_its_own_error_and_log(tmp_path):
                     f'same command submits it again')
 
 
+def test_a_job_not_requeued_for_want_of_an_epoch_says_so(tmp_path):
+    from submitit.core.utils import JobPaths, cloudpickle_dump
+    (tmp_path / 'slurm').mkdir()
+    trace = ('Traceback (most recent call last):\nsubmitit.core.utils.UncompletedJobError: Job not requeued because: '
+             'checkpoint function returned None.\n')
+    cloudpickle_dump(('error', trace), JobPaths(tmp_path / 'slurm', '43', task_id=0).result_pickle)
+    line = _failure(tmp_path, _job(tmp_path), '43', JobState('FAILED'))
+    assert line.startswith("[failed] plain_s1 (job 43): no epoch finished before the time limit's signal, so the job "
+                           'was not requeued (raise --slurm-time) (log: '), line
+
+
 @pytest.mark.parametrize('status, stopped', [(143, True), (140, True), (138, True), (130, True), (-15, True),
                                              (-12, True), (1, False), (2, False), (-11, False), (-6, False),
                                              (139, False), (0, False), (None, False)])

@@ -21,7 +21,7 @@ class JobsDisplay:
         if self.stream.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=total * epochs, file=self.stream, dynamic_ncols=True, unit='epoch',
-                            bar_format='{desc} {bar:20} {postfix}')
+                            bar_format='{bar:20} {desc}')
 
     def event(self, line: str) -> None:
         if self.bar is not None:
@@ -44,8 +44,7 @@ class JobsDisplay:
         text = '; '.join(parts)
         if self.bar is not None:
             self.bar.n = min(epochs_done, self.bar.total)
-            self.bar.set_description_str(f'[{done}/{self.total} done]', refresh=False)
-            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.set_description_str(f'[{done}/{self.total} done] {text}', refresh=False)
             self.bar.refresh()
         elif text and f'[{done}/{self.total} done] {text}' != self.shown:  # nothing open: the events said it all
             self.shown = f'[{done}/{self.total} done] {text}'

@@ -39,8 +39,12 @@ _ENDED = {
     'PREEMPTED': 'its job was pre-empted and not requeued',
     'DEADLINE': 'its job reached its deadline',
     'COMPLETED': "its job ended without writing the run's result",
+    'FAILED': 'its job failed before its run could say why',
     GONE: 'its job is no longer known to SLURM and left no result',
 }
+# submitit's words for a job its checkpoint did not requeue (`RunJob.checkpoint` returned None), and what they mean here
+_NOT_REQUEUED = ('checkpoint function returned None', 'no epoch finished before the time limit\'s signal, so the job '
+                                                       'was not requeued (raise --slurm-time)')
 
 
 def collect_command() -> str:
@@ -109,6 +113,8 @@ def _job_error(out: Path, job_id: str) -> Optional[str]:
     if outcome != 'error':
         return None
     last = next((line for line in reversed(str(value).splitlines()) if line.strip()), '')
+    if _NOT_REQUEUED[0] in last:
+        return _NOT_REQUEUED[1]
     return re.sub(r'^[\w.]+(Error|Failed|Exception): ', '', last.strip()) or None
 
 
