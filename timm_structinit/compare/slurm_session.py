@@ -142,8 +142,11 @@ def _epoch(job: RunJob) -> int:
     return next((int(m.group(1)) for m in map(_EPOCH.match, reversed(lines)) if m), 0)
 
 
-# seconds a job SLURM says COMPLETED may take to show its run's result.json (a shared file system's cache)
-COMPLETED_GRACE = 30.0
+# seconds a job SLURM says ended is watched before its run counts as failed: a COMPLETED job's result.json may take
+# that long to show on a shared file system, and SLURM requeues a job pre-empted or whose node failed where the
+# cluster says so (PreemptMode=REQUEUE, JobRequeue)
+ENDED_GRACE = 30.0
+_MAY_COME_BACK = ('COMPLETED', 'PREEMPTED', 'NODE_FAIL', 'BOOT_FAIL')
 
 
 def _done_line(name: str, result: dict) -> str:
@@ -163,6 +166,14 @@ def _ask(record: Dict[str, List[str]], names: List[str], cluster: str, display: 
         return None
     unavailable.clear()
     return states
+
+
+def _changed(display: JobsDisplay, name: str, job_id: str, state: JobState, seen: bool) -> None:
+    """ The line of a run whose job started running, or went back to the queue (requeued) after it was `seen`. """
+    if state.kind == 'running':
+        display.event(f'[running] {name} (job {job_id}{", " + state.node if state.node else ""})')
+    elif seen:
+        display.event(f'[requeued] {name} (job {job_id}): it resumes from its last finished epoch')
 
 
 def _watch(jobs: Dict[str, RunJob], out: Path, request: SlurmRequest, cluster: str, display: JobsDisplay,
@@ -187,17 +198,16 @@ def _watch(jobs: Dict[str, RunJob], out: Path, request: SlurmRequest, cluster: s
                 finished[name] = read_result(job.spec.folder / RESULT_FILE)
                 display.event(_done_line(name, finished[name]))
             elif state is not None and state.kind == 'ended':
-                if state.state == 'COMPLETED' and \
-                        time.monotonic() - ended_since.setdefault(name, time.monotonic()) < COMPLETED_GRACE:
+                if state.state in _MAY_COME_BACK and \
+                        time.monotonic() - ended_since.setdefault(name, time.monotonic()) < ENDED_GRACE:
                     continue
                 failed[name] = _failure(out, job, job_id, state)
                 display.event(failed[name])
-            elif state is not None and state.kind != kinds.get(name):
-                if state.kind == 'running':
-                    display.event(f'[running] {name} (job {job_id}{", " + state.node if state.node else ""})')
-                elif name in kinds:
-                    display.event(f'[requeued] {name} (job {job_id}): it resumes from its last finished epoch')
-                kinds[name] = state.kind
+            elif state is not None:
+                ended_since.pop(name, None)
+                if state.kind != kinds.get(name):
+                    _changed(display, name, job_id, state, name in kinds)
+                    kinds[name] = state.kind
         _show(display, jobs, finished, failed, kinds, states, record)
         if len(finished) + len(failed) == len(jobs):
             return finished, failed
