@@ -71,6 +71,10 @@ def start_cluster(folder: Path) -> Dict[str, str]:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     host = socket.gethostname().split('.')[0]
+    try:
+        socket.gethostbyname(host)  # the node's name, as torchrun's rendezvous reaches it
+    except OSError as e:
+        raise ClusterUnavailable(f'this machine\'s name {host!r} does not resolve ({e})') from None
     (folder / 'slurm.conf').write_text(_config(folder, host))
     env = dict(os.environ, SLURM_CONF=str(folder / 'slurm.conf'))
     _run(['munged', '--force', f'--socket={folder}/munge/munge.socket', f'--key-file={key}',
