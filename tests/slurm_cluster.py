@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-__all__ = ['ClusterUnavailable', 'start_cluster', 'stop_cluster', 'PARTITION', 'DAEMONS']
+__all__ = ['ClusterUnavailable', 'start_cluster', 'stop_cluster', 'free_port', 'PARTITION', 'DAEMONS']
 
 PARTITION = 'gpu'  # the partition of the guide's cluster.yaml
 DAEMONS = ('munged', 'slurmctld', 'slurmd')
@@ -28,7 +28,8 @@ class ClusterUnavailable(RuntimeError):
     """ The cluster cannot start here; the message says why. """
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """ A TCP port no process listens on now. """
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
@@ -37,7 +38,7 @@ def _free_port() -> int:
 def _config(folder: Path, host: str) -> str:
     return '\n'.join([
         'ClusterName=structinit-tests', f'SlurmctldHost={host}(127.0.0.1)',
-        f'SlurmctldPort={_free_port()}', f'SlurmdPort={_free_port()}', 'SlurmUser=root', 'SlurmdUser=root',
+        f'SlurmctldPort={free_port()}', f'SlurmdPort={free_port()}', 'SlurmUser=root', 'SlurmdUser=root',
         'AuthType=auth/munge', f'AuthInfo=socket={folder}/munge/munge.socket,cred_expire=5', 'CredType=cred/munge',
         f'StateSaveLocation={folder}/state', f'SlurmdSpoolDir={folder}/spool',
         f'SlurmctldPidFile={folder}/slurmctld.pid', f'SlurmdPidFile={folder}/slurmd.pid',

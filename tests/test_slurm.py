@@ -19,7 +19,9 @@ import pytest
 import torch
 from PIL import Image
 
-from slurm_cluster import ClusterUnavailable, _free_port, start_cluster, stop_cluster
+from timm_structinit import cli
+
+from slurm_cluster import ClusterUnavailable, free_port, start_cluster, stop_cluster
 from test_docs import COMMAND_LINES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,12 +99,27 @@ def _jobs(out: Path) -> dict:
     return json.loads((out / 'slurm' / 'jobs.json').read_text())['jobs']
 
 
+def _in_process(argv, workdir: Path, env, monkeypatch, capsys):
+    """ compare in this process (torch and timm are imported already: a process of its own would import them again),
+    in `workdir` with the cluster's environment: its exit status, standard output and error. """
+    for name in ('SLURM_CONF', 'OMP_NUM_THREADS', 'PYTHONPATH'):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.chdir(workdir)
+    capsys.readouterr()
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def _slurm(line: str, job_id: str, env) -> None:
     """ One of the guide's SLURM commands on a job of the comparison (its example id replaced). """
     subprocess.run(shlex.split(line.replace('1234', job_id)), env=env, check=True, timeout=60)
 
 
-def test_the_guides_comparison_runs_on_slurm_and_answers_as_a_local_one(cluster, workdir):
+def test_the_guides_comparison_runs_on_slurm_and_answers_as_a_local_one(cluster, workdir, monkeypatch, capsys):
     env, out = cluster, workdir / 'compare' / 'cifar10_10k'
     detach, = _compare_lines(detach=True)
     collect, = _compare_lines(detach=False)
@@ -137,14 +154,13 @@ def test_the_guides_comparison_runs_on_slurm_and_answers_as_a_local_one(cluster,
     _check_the_collecting_call(out, jobs, stdout, stderr)
     # the failed and the cancelled run again: only they are submitted
     (out / 'runs' / 'mimetic_s1' / 'last.pth.tar').unlink()
-    again = subprocess.run([sys.executable, '-m', 'timm_structinit.cli', *shlex.split(collecting)[1:]],
-                           cwd=workdir, env=env, capture_output=True, text=True, timeout=400)
-    assert again.returncode == 0, again.stdout + again.stderr
+    code, again, err = _in_process(shlex.split(collecting)[1:], workdir, env, monkeypatch, capsys)
+    assert code == 0, again + err
     assert re.search(r'submitted plain_s1 \(job \d+\), mimetic_s1 \(job \d+\); done already plain_s0, mimetic_s0',
-                     again.stdout), again.stdout
+                     again), again
     assert {run: len(ids) for run, ids in _jobs(out).items()} == dict(plain_s0=1, mimetic_s0=1, plain_s1=2,
                                                                        mimetic_s1=2)
-    _check_the_answer_is_the_local_ones(out, detach, workdir, env)
+    _check_the_answer_is_the_local_ones(out, detach, workdir, env, monkeypatch, capsys)
 
 
 def _check_the_collecting_call(out: Path, jobs: dict, stdout: str, stderr: str) -> None:
@@ -166,7 +182,7 @@ def _check_the_collecting_call(out: Path, jobs: dict, stdout: str, stderr: str) 
     assert 'Traceback' not in stdout + stderr
 
 
-def _check_the_answer_is_the_local_ones(out: Path, detach: str, workdir: Path, env) -> None:
+def _check_the_answer_is_the_local_ones(out: Path, detach: str, workdir: Path, env, monkeypatch, capsys) -> None:
     """ The same comparison trained here, without the launcher's options: the same answer, run for run. """
     local = workdir / 'compare' / 'local'
     command, launcher_options = [], {'--launcher': 1, '--slurm-config': 1, '--detach': 0}
@@ -178,9 +194,8 @@ def _check_the_answer_is_the_local_ones(out: Path, detach: str, workdir: Path, e
         else:
             command.append(token)
     command[command.index('--out') + 1] = str(local)
-    done = subprocess.run([*command, '--concurrent', '2'], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=400)
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, stdout, stderr = _in_process([*command[3:], '--concurrent', '2'], workdir, env, monkeypatch, capsys)
+    assert code == 0, stdout + stderr
     answers = [json.loads((folder / 'results.json').read_text()) for folder in (out, local)]
     kept = ('arm', 'seed', 'final_top1', 'best_top1', 'epochs', 'curve', 'curve_epochs', 'train_loss')
     runs = [[{k: r[k] for k in kept} for r in answer['runs']] for answer in answers]
@@ -189,15 +204,15 @@ def _check_the_answer_is_the_local_ones(out: Path, detach: str, workdir: Path, e
         assert answers[0][key] == answers[1][key], key
 
 
-def test_a_partition_slurm_does_not_know_is_its_one_line_before_any_job(cluster, workdir):
+def test_a_partition_slurm_does_not_know_is_its_one_line_before_any_job(cluster, workdir, monkeypatch, capsys):
     detach, = _compare_lines(detach=True)
     out = workdir / 'compare' / 'refused'
     command = _command(detach, workdir, *SHRINK, *SLURM_SHRINK, '--slurm-partition', 'nope')
     command[command.index('--out') + 1] = str(out)
-    done = subprocess.run(command, cwd=workdir, env=cluster, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and done.stderr.count('\n') == 1, done.stdout + done.stderr
-    assert "SLURM refuses the jobs' request (partition nope" in done.stderr
-    assert 'Invalid partition name specified' in done.stderr and not out.exists()
+    code, stdout, stderr = _in_process(command[3:], workdir, cluster, monkeypatch, capsys)
+    assert code == 2 and stderr.count('\n') == 1, stdout + stderr
+    assert "SLURM refuses the jobs' request (partition nope" in stderr
+    assert 'Invalid partition name specified' in stderr and not out.exists()
 
 
 ENDED = ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL')
@@ -214,7 +229,7 @@ def test_the_guides_torchrun_script_trains_requeues_itself_before_its_time_limit
     line, = [line for line in _guide_lines() if ' sbatch ' in f' {line} ' and '--device cpu' in line]
     tokens = shlex.split(line.replace('docs/cluster_train.sbatch', str(REPO / 'docs' / 'cluster_train.sbatch')))
     env = dict(cluster, PATH=f'{Path(sys.executable).parent}{os.pathsep}{cluster["PATH"]}',
-               MASTER_PORT=str(_free_port()))
+               MASTER_PORT=str(free_port()))
     while '=' in tokens[0]:  # the line's environment
         name, _, value = tokens.pop(0).partition('=')
         env[name] = value
