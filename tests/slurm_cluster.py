@@ -91,8 +91,8 @@ def start_cluster(folder: Path) -> Dict[str, str]:
         time.sleep(0.5)
     stop_cluster(folder)
     log = (folder / 'log' / 'slurmctld.log').read_text(errors='replace').splitlines()[-3:]
-    raise ClusterUnavailable(f'the node did not come up within 60 s (sinfo: {state.stdout.strip() or state.stderr.strip()}'
-                             f'; slurmctld: {" / ".join(log)})')
+    answer = state.stdout.strip() or state.stderr.strip()
+    raise ClusterUnavailable(f'the node did not come up within 60 s (sinfo: {answer}; slurmctld: {" / ".join(log)})')
 
 
 def stop_cluster(folder: Path) -> None:

@@ -5,11 +5,9 @@ submitit's local executor (the same code as on SLURM: a run done, one stopped at
 failing; submitting what is missing, never a run twice). tests/test_slurm.py runs the guide's commands on a real
 SLURM. """
 import dataclasses
-import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,14 +21,14 @@ from timm_structinit.compare.runner import RunSpec
 from timm_structinit.compare.slurm_job import RunJob, stopped_by_signal
 from timm_structinit.compare.slurm_queue import GONE, JobState, SlurmUnavailable, job_states, read_jobs
 from timm_structinit.compare.slurm_request import SlurmRequest, slurm_request
-from timm_structinit.compare.slurm_session import _ENDED, _failure, _job_error, _submit_missing, _watch
+from timm_structinit.compare.slurm_session import _ENDED, _failure, _submit_missing, _watch
 from timm_structinit.errors import ConfigError
 from timm_structinit_cli.slurm_options import SET_BY_COMPARE, sbatch_item, slurm_minutes
 from timm_structinit_cli.structinit_parser import parse
 
 REPO = Path(__file__).resolve().parents[1]
-BASE = ['--out', '{out}', '--dataset', 'sklearn/digits', '--epochs', '1', '--warmup-epochs', '0', '--model-kwargs', 'embed_dim=16', 'depth=1',
-        'num_heads=2', 'patch_size=8']
+BASE = ['--out', '{out}', '--dataset', 'sklearn/digits', '--epochs', '1', '--warmup-epochs', '0', '--model-kwargs',
+        'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8']
 SLURM = ['--launcher', 'slurm', '--slurm-time', '10']
 
 
@@ -93,7 +91,8 @@ def test_an_sbatch_option_compare_sets_is_no_extra_option(key):
     ([*SLURM, '--slurm-gpus', '2'], '--slurm-gpus 2: each run of a comparison is one process on one GPU at most'),
     ([*SLURM, '--slurm-time', '0'], "'0': a time limit must be longer than zero"),
     ([*SLURM, '--slurm-extra', 'output=x.log'], 'output is not an extra option'),
-    ([*SLURM, '--slurm-config', '/nonexistent/cluster.yaml'], '--slurm-config /nonexistent/cluster.yaml: cannot be read'),
+    ([*SLURM, '--slurm-config', '/nonexistent/cluster.yaml'],
+     '--slurm-config /nonexistent/cluster.yaml: cannot be read'),
     ([*SLURM, '--slurm-signal-delay', '600'], '--slurm-signal-delay 600: the signal would come before a job starts'),
     ([*SLURM, '--device', 'cuda'], '--device cuda: the jobs ask for no GPU; add --slurm-gpus 1'),
 ])

@@ -12,7 +12,7 @@ LAUNCHERS = ('local', 'slurm')
 # sbatch options a run's job gets from compare (each run one task on one node, submitit's log files and signal) or
 # from an option of its own; --slurm-extra cannot set them
 SET_BY_COMPARE = {
-    'output': 'submitit writes each job\'s log in --out/slurm', 'error': 'submitit writes each job\'s log in --out/slurm',
+    'output': "submitit writes each job's log in --out/slurm", 'error': "submitit writes each job's log in --out/slurm",
     'signal': 'set by --slurm-signal-delay', 'open-mode': 'submitit appends to each job\'s log',
     'array': 'each run is a job of its own', 'nodes': 'each run is one process on one node',
     'ntasks': 'each run is one process on one node', 'ntasks-per-node': 'each run is one process on one node',

@@ -35,7 +35,8 @@ class JobsDisplay:
         epochs finished over every run. """
         parts = []
         if running:
-            parts.append('running: ' + ', '.join(f'{name} epoch {epoch}/{self.epochs}' for name, epoch in running.items()))
+            parts.append('running: ' + ', '.join(f'{name} epoch {epoch}/{self.epochs}'
+                                                 for name, epoch in running.items()))
         if queued:
             parts.append('queued: ' + ', '.join(name + ('' if reason in ORDINARY_WAITS else f' ({reason})')
                                                 for name, reason in queued))

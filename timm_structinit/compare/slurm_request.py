@@ -173,5 +173,6 @@ def check_elsewhere(run_args: argparse.Namespace):
     try:
         torch.device(run_args.device)
     except (RuntimeError, ValueError):
-        raise ConfigError(f"--device {run_args.device!r} is not a torch device; valid: cpu, cuda, cuda:N, ...") from None
+        raise ConfigError(f'--device {run_args.device!r} is not a torch device; valid: cpu, cuda, cuda:N, '
+                          f'...') from None
     return check_args(argparse.Namespace(**{**vars(run_args), 'device': 'cpu'}))
