@@ -2,6 +2,7 @@
 declare are the training command's, left for every training run (`passes_options`). """
 import argparse
 
+from . import slurm_options
 from .kwargs import ParseKwargs
 
 __all__ = ['HELP', 'DEFAULT_ARMS', 'add_arguments']
@@ -32,3 +33,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='start no run that cannot end within this many seconds from now; stop the runs '
                              'under way then (their checkpoints resume them; exit status 3 when runs are left)')
     parser.add_argument('--report', action='store_true', help='write the answer from the runs in --out; train nothing')
+    slurm_options.add_arguments(parser)

@@ -29,6 +29,8 @@ from .plan import (
     run_name,
     settings_difference)
 from .records import ELAPSED_FILE, SETTINGS_FILE, read_elapsed, read_results, read_settings
+from .slurm_queue import JOBS_FOLDER, read_jobs, refuse_jobs_running
+from .slurm_request import SlurmRequest, check_elsewhere, slurm_request
 
 __all__ = ['add_arguments', 'run', 'HELP', 'DEFAULT_ARMS', 'PLAIN']
 
@@ -65,25 +67,29 @@ def _arms(texts: List[str]):
         raise ConfigError(str(e)) from None
 
 
-def _with_defaults(args: argparse.Namespace) -> List[str]:
-    """ The training options every run gets: the user's, with the data folder, the device and the loader. """
+def _with_defaults(args: argparse.Namespace, slurm: Optional[SlurmRequest]) -> List[str]:
+    """ The training options every run gets: the user's, with the data folder, the device (on SLURM: the one its jobs
+    ask for) and the loader. """
     import torch
     options = list(args.train_options)
     if args.data_dir:
         options += ['--data-dir', args.data_dir]
-    device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    here = 'cuda' if (torch.cuda.is_available() if slurm is None else slurm.asks_gpus) else 'cpu'
+    device = args.device or here
     options += ['--device', device, '--checkpoint-hist', '1']
     if not any(o.split('=')[0] == '--loader' for o in options) and device.startswith('cuda'):
         options += ['--loader', 'device']  # the fast path on a GPU (train.loaders); the user's --loader wins
     return options
 
 
-def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str]) -> 'Checked':
-    """ The plan, and what its checks found; every check made before any training. """
-    from ..train import check_args, parse_args
+def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str], slurm: Optional[SlurmRequest]) -> 'Checked':
+    """ The plan, and what its checks found; every check made before any training (on SLURM, each run's device on
+    its node). """
+    from ..train import parse_args
     from ..train.build import build_datasets
+    check_args = _check_here if slurm is None else check_elsewhere
     arms = _arms(args.inits)
-    options = _with_defaults(args)
+    options = _with_defaults(args, slurm)
     model, model_kwargs = args.model, dict(args.model_kwargs)
     runs = str(out / 'runs')
     probe = Plan(model or 'vit_tiny_patch2_32_gap_sincos', model_kwargs, [PLAIN], 1, options)
@@ -109,6 +115,11 @@ def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str]) -> 'Checke
         arm_args[arm.label] = (arm_run, inputs)
     return Checked(plan, arm_args, (len(datasets[0]), len(datasets[1])), _test_split(datasets, train_args),
                    _model_built(base_args, base), checks)
+
+
+def _check_here(run_args: argparse.Namespace):
+    from ..train import check_args
+    return check_args(run_args)
 
 
 @dataclass
@@ -261,12 +272,20 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f'--out {out}: a file, not a folder; name a folder for the runs and the answer')
     if args.report:
         return report_only(out)
+    slurm = slurm_request(args)  # None: the runs train here
     saved = read_settings(out / SETTINGS_FILE)  # the files read back, each checked before any work
     finished = read_results(out / 'runs', folder_name)
     for path in sorted((out / 'runs').glob(f'*/{ELAPSED_FILE}')):
         read_elapsed(path)
-    checked = _plan(args, out, saved['arms'] if saved else [])
+    jobs = read_jobs(out / JOBS_FOLDER)  # the SLURM jobs of the folder's runs
+    if slurm is None:
+        refuse_jobs_running(out, jobs)
+    checked = _plan(args, out, saved['arms'] if saved else [], slurm)
     _check_same_settings(out, checked.plan, saved)
+    if slurm is not None:
+        from .slurm_session import run_on_slurm
+        _record_settings(out, checked, saved, None)  # each run's time is its job's (what ran here says nothing)
+        return run_on_slurm(args, out, checked, slurm)
     share = core_share(args.concurrent)
     # once a run has finished, the runs that finished say what a run takes; before, the estimate, made beside the
     # runs --concurrent trains at the same time (the comparison's first run, into a temporary folder)
