@@ -16,6 +16,10 @@ import interrupts
 
 # tests are small; one thread avoids oversubscription when two pytest processes share the machine
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+# the training command and compare take OMP_NUM_THREADS as the user's thread count: with it set, the runs the tests
+# start (in this process and in the subprocesses, which inherit it) skip the probe that measures which count trains
+# fastest (up to seconds a run); the probe's own tests unset it
+os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 TESTS = Path(__file__).resolve().parent
 SHARED = TESTS.parent.parent / 'shared'
@@ -72,12 +76,14 @@ def caches_in_the_session_folder(tmp_path_factory):
 
 
 @pytest.fixture
-def one_torch_thread():
+def one_torch_thread(monkeypatch):
     """ Tiny models gain nothing from intra-op threads, and on a busy 2-core machine the threads' barriers make runs
     erratic (10-20x slower epochs); one thread keeps timings stable. A module that trains in process takes it with
-    `pytestmark = pytest.mark.usefixtures('one_torch_thread')`; subprocesses get OMP_NUM_THREADS=1. """
+    `pytestmark = pytest.mark.usefixtures('one_torch_thread')`: OMP_NUM_THREADS=1 as a user sets it, so that the
+    training command takes one thread without probing for the fastest count; subprocesses get OMP_NUM_THREADS=1. """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
     yield
     torch.set_num_threads(threads)
 

@@ -105,6 +105,7 @@ def test_a_tiny_comparison_writes_the_answer(tiny_comparison):
     assert (out / 'curves.png').stat().st_size > 1000
     for r in answer['runs']:
         assert r['device'].startswith('CPU') and r['torch'] and r['seconds'] > 0 and r['epochs'] == 1
+        assert r['threads'] == [1]  # two runs at a time on their share of the cores (one each on 2 cores)
 
 
 @pytest.mark.slow
@@ -205,7 +206,8 @@ def test_a_stopped_comparison_resumes(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, err
-    assert 'continue with: timm-structinit compare' in err and 'Traceback' not in err
+    # the line keeps the thread count the runs were started with: pasted, it trains them as before
+    assert f'continue with: OMP_NUM_THREADS=1 timm-structinit compare --out {out}' in err and 'Traceback' not in err
     assert not (out / 'runs' / 'plain_s0' / 'result.json').exists()
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -496,18 +498,55 @@ def test_a_resumed_runs_time_counts_every_part(tmp_path):
 
 
 def test_each_run_gets_its_share_of_the_cores():
-    """ Runs side by side on the cores: each its share of torch threads and loader processes, and no more than a
-    run asks for. """
-    from timm_structinit.compare.cores import CoreShare
+    """ Runs side by side on the cores: each its share of torch threads (given with --threads) and loader
+    processes, and no more than a run asks for; one run at a time takes the count the user sets, or chooses its own,
+    and the header says which. """
+    from timm_structinit.compare.cores import CoreShare, core_share
     two_on_two = CoreShare(2, 2)
-    assert (two_on_two.per_run, two_on_two.threads({}), two_on_two.workers(4)) == (1, 1, 1)
-    assert two_on_two.run_options(4) == ['--workers', '1'] and two_on_two.run_options(0) == []
-    assert CoreShare(2, 2).threads({'OMP_NUM_THREADS': '1'}) == 1
+    assert (two_on_two.per_run, two_on_two.threads(), two_on_two.workers(4)) == (1, 1, 1)
+    assert two_on_two.run_options(4) == ['--threads', '1', '--workers', '1']
+    assert two_on_two.run_options(0) == ['--threads', '1']
+    assert CoreShare(2, 2, 1, 'OMP_NUM_THREADS').run_options(0) == []  # the environment gives the runs their one
+    assert CoreShare(2, 2, 4, '--threads').threads() == 1  # at most the share, beside another run
     assert (CoreShare(16, 3).per_run, CoreShare(16, 3).workers(8), CoreShare(16, 3).workers(2)) == (5, 5, 2)
     alone = CoreShare(2, 1)
-    assert alone.per_run == 2 and alone.run_options(4) == [] and alone.crowding == 1
+    assert alone.per_run == 2 and alone.threads() is None and alone.run_options(4) == [] and alone.crowding == 1
     assert CoreShare(2, 3).per_run == 1 and CoreShare(2, 3).crowding == 1.5
     assert 'each on 1 of the 2 cores (1 torch thread, 1 loader process)' in two_on_two.description(4)
+    assert 'a probe of its training step' in alone.description(4) and '(2 or 1, of the 2 cores)' in \
+        alone.description(4)
+    # one run at a time under OMP_NUM_THREADS=1: one thread, said as such (not "each on 2 of the 2 cores")
+    under_omp = core_share(1, None, {'OMP_NUM_THREADS': '1'})
+    assert under_omp.threads() == 1 and under_omp.run_options(0) == []
+    assert under_omp.description(0) == 'each with 1 torch thread (as OMP_NUM_THREADS sets) and 0 loader processes'
+    assert core_share(1, 2, {'OMP_NUM_THREADS': '1'}).description(0).startswith('each with 2 torch threads (as '
+                                                                                 '--threads sets)')
+
+
+def test_a_result_records_the_threads_its_epochs_trained_with():
+    """ A run stopped on two threads and resumed on one: its result keeps both counts in their order, and the
+    answer's table shows them beside its device. """
+    from timm_structinit.compare.report import _markdown, result_record
+    rows = [dict(epoch=0.0, eval_top1=50.0, train_loss=2.0, train_threads=2.0),
+            dict(epoch=1.0, eval_top1=60.0, train_loss=1.5, train_threads=1.0)]
+    result = result_record('plain', 0, rows, 30.0, True, ['python', '-m', 'x'], dict(device='CPU', torch='2'),
+                           '2026-11-28T10:00:00', parts=2)
+    assert result['threads'] == [2, 1]
+    summary = summarize(['plain'], [result], 'plain')
+    assert '| CPU, torch 2, 2/1 threads |' in '\n'.join(_markdown({}, summary, [result], []))
+    older = result_record('plain', 0, [{k: v for k, v in r.items() if k != 'train_threads'} for r in rows], 30.0,
+                          False, ['python'], {}, '2026-11-28T10:00:00')
+    assert 'threads' not in older  # a summary that does not record them: none claimed
+
+
+def test_the_line_that_continues_a_stopped_comparison_keeps_its_environment():
+    """ Pasted, the line trains the runs as before: the thread count and the devices the comparison was started
+    with come first, quoted as a shell reads them; what does not set how runs train is left out. """
+    from timm_structinit.compare.session import continue_command
+    argv = ['--out', 'my runs', '--seeds', '3']
+    assert continue_command(argv, {'OMP_NUM_THREADS': '1', 'HOME': '/root', 'CUDA_VISIBLE_DEVICES': '0,1'}) == (
+        "OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES=0,1 timm-structinit compare --out 'my runs' --seeds 3")
+    assert continue_command(argv, {}) == "timm-structinit compare --out 'my runs' --seeds 3"
 
 
 def test_the_runner_starts_each_run_with_its_environment(tmp_path):

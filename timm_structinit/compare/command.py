@@ -267,10 +267,10 @@ def run(args: argparse.Namespace) -> int:
         read_elapsed(path)
     checked = _plan(args, out, saved['arms'] if saved else [])
     _check_same_settings(out, checked.plan, saved)
-    share = core_share(args.concurrent)
     # once a run has finished, the runs that finished say what a run takes; before, the estimate, made beside the
     # runs --concurrent trains at the same time (the comparison's first run, into a temporary folder)
     first_args = next(iter(checked.arm_args.values()))[0]
+    share = core_share(args.concurrent, first_args.threads)
     beside = checked.plan.command(checked.plan.arms[0], 0, str(out / 'runs')) + share.run_options(first_args.workers)
     estimate = None if finished else estimate_runs(checked.arm_args, share, checked.checks, beside)
     seconds = max(r['seconds'] for r in finished) if finished else estimate.seconds

@@ -48,6 +48,7 @@ _RESULT_OPTIONAL = {
     'train_loss': ('a list of numbers', _list_of(_number)), 'resumed': ('true or false', lambda v: isinstance(v, bool)),
     'parts': ('an integer', _integer), 'device': ('a string', _string), 'torch': ('a string', _string),
     'timm': ('a string', _string), 'python': ('a string', _string),
+    'threads': ('a list of thread counts', _list_of(lambda v: _integer(v) and v >= 1)),
 }
 _SETTINGS_KEYS = {
     'model': ('a string', _string), 'model_kwargs': ('a mapping', lambda v: isinstance(v, dict)),

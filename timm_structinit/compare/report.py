@@ -17,12 +17,15 @@ __all__ = ['summarize', 'write_report', 'result_record', 'test_split_line']
 def result_record(arm: str, seed: int, rows: List[dict], seconds: float, resumed: bool, command: List[str],
                   device: Dict[str, Any], date: str, parts: int = 1) -> Dict[str, Any]:
     """ A finished run's result from its summary rows (one per evaluation); `seconds` counts every part of a run
-    that was stopped and resumed (`parts` of them). """
+    that was stopped and resumed (`parts` of them); `threads`, the torch threads its epochs trained with, in the
+    order they came (a resumed run may have taken another count). """
+    threads = list(dict.fromkeys(int(r['train_threads']) for r in rows if 'train_threads' in r))
     return dict(
         arm=arm, seed=seed, final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows),
         epochs=int(rows[-1]['epoch']) + 1, curve=[r['eval_top1'] for r in rows],
         curve_epochs=[int(r['epoch']) + 1 for r in rows], train_loss=[r['train_loss'] for r in rows],
-        seconds=round(seconds, 1), resumed=resumed, parts=parts, command=command, date=date, **device)
+        seconds=round(seconds, 1), resumed=resumed, parts=parts, command=command, date=date,
+        **({'threads': threads} if threads else {}), **device)
 
 
 def test_split_line(test_split: Optional[Dict[str, Any]]) -> str:
@@ -78,9 +81,15 @@ def _markdown(settings: Dict[str, Any], summary: Dict[str, Any], results: List[D
               '## Runs', '', '| run | final | best | epochs | minutes | device | command |', '|---|---|---|---|---|---|---|']
     for r in sorted(results, key=lambda r: (r['arm'], r['seed'])):
         lines.append(f'| {r["arm"]} seed {r["seed"]} | {r["final_top1"]:.2f} | {r["best_top1"]:.2f} | {r["epochs"]} '
-                     f'| {r["seconds"] / 60:.1f}{_parts(r)} | {r.get("device", "")}, torch {r.get("torch", "")} '
-                     f'| `timm-structinit-train {shlex.join(r["command"][3:])}` |')
+                     f'| {r["seconds"] / 60:.1f}{_parts(r)} | {r.get("device", "")}, torch {r.get("torch", "")}'
+                     f'{_threads(r)} | `timm-structinit-train {shlex.join(r["command"][3:])}` |')
     return lines
+
+
+def _threads(result: Dict[str, Any]) -> str:
+    """ The torch threads a run trained with ('' where its result does not record them). """
+    threads = result.get('threads') or []
+    return f', {"/".join(map(str, threads))} thread{"s" if threads != [1] else ""}' if threads else ''
 
 
 def _parts(result: Dict[str, Any]) -> str:

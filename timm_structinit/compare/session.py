@@ -24,10 +24,14 @@ from .records import ELAPSED_FILE, RESULT_FILE, SETTINGS_FILE, read_elapsed, rea
 from .report import result_record, test_split_line, write_report
 from .runner import RunSpec, read_summary, run_all
 
-__all__ = ['train_and_report', 'report_only', 'device_record', 'UNFINISHED']
+__all__ = ['train_and_report', 'report_only', 'device_record', 'continue_command', 'UNFINISHED']
 
 PROG = 'timm-structinit compare'
 UNFINISHED = 3  # runs left unfinished (the time limit): neither a failure nor a complete comparison
+# the variables of the environment that set how the runs train (their threads, OpenMP's waiting, the GPUs they
+# see), given again in the command that continues a stopped comparison
+RUN_ENVIRONMENT = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'OMP_WAIT_POLICY', 'GOMP_SPINCOUNT', 'KMP_BLOCKTIME',
+                   'CUDA_VISIBLE_DEVICES')
 
 
 def device_record(device: str) -> Dict[str, Any]:
@@ -98,6 +102,13 @@ def report_only(out: Path) -> int:
     return 0
 
 
+def continue_command(argv: List[str], environ: Dict[str, str] = os.environ) -> str:
+    """ The command that continues this comparison: its arguments, after the variables of `RUN_ENVIRONMENT` it
+    was started with (without them, pasted, the runs would train otherwise, e.g. on another thread count). """
+    assignments = [f'{name}={shlex.quote(environ[name])}' for name in RUN_ENVIRONMENT if name in environ]
+    return ' '.join([*assignments, PROG, shlex.join(argv)])
+
+
 def _minutes(seconds: float) -> str:
     return f'{seconds / 60:.1f} min'
 
@@ -133,7 +144,7 @@ def train_and_report(args: argparse.Namespace, out: Path, checked, share: CoreSh
     runs_dir = out / 'runs'
     share_options = share.run_options(first_args.workers)
     specs = [RunSpec(run_name(arm, seed), plan.command(arm, seed, str(runs_dir)) + share_options,
-                     runs_dir / run_name(arm, seed), epochs, env=share.run_env()) for arm, seed in plan.runs()]
+                     runs_dir / run_name(arm, seed), epochs) for arm, seed in plan.runs()]
     pending = sum(not (s.folder / RESULT_FILE).is_file() for s in specs)
     images = checked.images
     print(f'{len(specs)} runs ({len(plan.arms)} arms x {plan.seeds} seeds) of {checked.model_built} on {images[0]} '
@@ -153,7 +164,7 @@ def train_and_report(args: argparse.Namespace, out: Path, checked, share: CoreSh
         _write(out, settings)  # the answer from the runs finished so far
         kept = len(getattr(e, 'outcome').finished) if hasattr(e, 'outcome') else 0
         print(f'{PROG}: stopped ({e.args[0] if e.args else "SIGINT"}): {kept} of {len(specs)} runs finished and kept, '
-              f'the stopped ones keep their checkpoints; continue with: {PROG} {shlex.join(sys.argv[2:])}',
+              f'the stopped ones keep their checkpoints; continue with: {continue_command(sys.argv[2:])}',
               file=sys.stderr)
         return exit_status(e)
     summary = _write(out, settings)

@@ -19,6 +19,7 @@ from ..utils.seeds import check_seed
 from .config import GRAYSCALE_TORCH_DATASETS, PROG, SCHEDULERS, build_parser
 from .failures import rank, world_size
 from .inputs import RunInputs, chans_option, in_chans, read_inputs, resume_path
+from .thread_count import user_threads
 
 
 def _check(ok: bool, message: str) -> None:
@@ -37,6 +38,7 @@ def check_args(args: argparse.Namespace) -> RunInputs:
             f'--model {args.model!r} is not a registered model'
             + (f'; did you mean {", ".join(close)}?' if close else '; see timm.list_models()'))
     _check_numbers(args, build_parser())
+    user_threads(args.threads)  # an OMP_NUM_THREADS that is not a count, refused
     _check_min_lr(args)
     _check_model_kwargs(args)
     _check_data(args)
@@ -99,7 +101,8 @@ def _check_optimizer(args: argparse.Namespace) -> None:
 _RANGES = (
     (('epochs', 'batch_size', 'log_interval', 'val_interval', 'grad_accum_steps', 'checkpoint_hist', 'lr_cycle_limit',
       'lr_base_size', 'recount', 'validation_batch_size',
-      'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans'), lambda v: v >= 1, 'must be >= 1'),
+      'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans', 'threads'), lambda v: v >= 1,
+     'must be >= 1'),
     (('workers', 'warmup_epochs', 'cooldown_epochs', 'mixup_off_epoch', 'weight_decay', 'patience_epochs',
       'local_rank', 'color_jitter', 'lr_noise_pct', 'lr_noise_std', 'aug_repeats',
       'mixup', 'cutmix', 'drop', 'warmup_lr', 'min_lr', 'momentum'), lambda v: v >= 0, 'must be >= 0'),

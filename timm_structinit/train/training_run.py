@@ -21,9 +21,10 @@ from .build import build_datasets, build_model, build_optimizer, data_config
 from .config import save_args
 from .epochs import Run, finish_run, run_epochs, updates_in
 from .inputs import RunInputs, ema_state_dict
-from .loaders import build_loaders
+from .loaders import build_loaders, usable_cores
 from .output import claim_output_dir, output_dir, release_output_dir, remove_unfinished_run, writing_output
 from .resume import check_resume, restore_checkpoint, saved_lr
+from .thread_count import choose_threads
 
 _logger = logging.getLogger('train')
 
@@ -67,6 +68,11 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
     model.to(device)
     optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
     start_epoch, model_ema, lr_replaced = _restore(args, inputs, model, optimizer, loss_scaler)
+    # the thread count this process trains with (args.yaml records it): the user's, or the fastest of a probe
+    threads = choose_threads(args, model, config['input_size'], device, amp_autocast, usable_cores())
+    args.threads = threads.threads
+    if primary:
+        _logger.info(threads.describe())
     if args.torchcompile:  # as timm's train.py: compiled before DDP wraps it, so DDP stays out of the graph
         _logger.info(f'Compiling the model with torch.compile (backend {args.torchcompile}, mode '
                      f'{args.torchcompile_mode or "default"})')
