@@ -59,6 +59,72 @@ def test_decisions_on_hand_made_results(results, verdicts, words):
     assert words in stats.decide(gains, {a: len(v) for a, v in results.items()}, 'plain')
 
 
+# the runs a reader saw (2 seeds an arm, 18 epochs): every mimetic run above every plain run by 22 points or more
+SEPARATE = {'plain': [70.07, 56.20], 'mimetic': [94.89, 92.46], 'impulse3': [86.86, 84.67]}
+
+
+def test_an_arm_whose_every_run_beats_every_plain_run_is_said_so_with_the_seeds_it_needs():
+    """ Worked by hand: plain's mean 63.135 and variance 13.87^2 / 2 = 96.188, mimetic's 93.675 and 2.43^2 / 2 =
+    2.952; the gain 30.54, every mimetic run above every plain one by 92.46 - 70.07 = 22.39 at least. Welch, 2 seeds
+    each: variance of the gain (96.188 + 2.952) / 2 = 49.570, df 49.570^2 / (48.094^2 + 1.476^2) = 1.061, half-width
+    t(0.975, 1.061) = 11.096 times 7.041 = 78.1: the interval holds zero. The seeds the spread needs, at 95% and 80%
+    power, are the fewest n with (t(0.975, df_n) + t(0.8, df_n)) sqrt(99.141 / n) <= 30.54: n = 2 gives (11.096 +
+    1.334) 7.041 = 87.5, n = 3 (df 2.123) gives (4.073 + 1.046) 5.749 = 29.4: 3 seeds per arm (impulse3, +22.63,
+    needs 4: n = 3 gives 29.6). One more seed for each of the 3 arms: 3 runs of 300 s, 15 min. """
+    gains = _gains(SEPARATE)
+    mimetic, impulse3 = gains
+    assert mimetic.verdict == 'unclear' and mimetic.gain == pytest.approx(30.54)
+    assert mimetic.margin == pytest.approx(22.39) and impulse3.margin == pytest.approx(84.67 - 70.07)
+    assert mimetic.df == pytest.approx(1.0613, abs=1e-4) and mimetic.half_width == pytest.approx(78.12, abs=0.01)
+    assert (mimetic.seeds_needed, impulse3.seeds_needed) == (3, 4)
+    decision = stats.decide(gains, {a: len(v) for a, v in SEPARATE.items()}, 'plain', run_seconds=300.0)
+    assert decision == (
+        'mimetic: each of its 2 runs beat every plain run, by 22.39 points at least (gain +30.54), but with 2 seeds '
+        'each the 95% interval (± 78.12) still holds zero: the seed spread may yet explain it; impulse3 likewise; '
+        'the spread seen needs 3 seeds per arm to decide a gain of +30.54 (80% of the time): --seeds 3 with the '
+        'same --out trains 3 more runs (about 15 min one at a time)')
+
+
+def test_the_default_seeds_decide_a_gain_of_that_size():
+    """ compare's default plan, 3 seeds an arm, decides the gain above: with the spread seen, 3 seeds each give a
+    half-width of t(0.975, 2.123) sqrt(99.141 / 3) = 4.073 x 5.749 = 23.4 < 30.54, and meet the 80% power of
+    `seeds_needed`; 2 seeds would give 78.1. """
+    import argparse
+    from timm_structinit_cli.compare_options import add_arguments
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    n = parser.parse_args(['--out', 'x']).seeds
+    assert n == 3 == stats.seeds_needed(SEPARATE['mimetic'], SEPARATE['plain'])
+    va, vb = 13.87 ** 2 / 2 / n, 2.43 ** 2 / 2 / n  # each arm's variance of its mean, with n seeds
+    df = (va + vb) ** 2 / (va ** 2 / (n - 1) + vb ** 2 / (n - 1))
+    half_width = scipy_stats.t.ppf(0.975, df) * (va + vb) ** 0.5
+    assert half_width == pytest.approx(23.4, abs=0.05) and half_width < 30.54
+
+
+@pytest.mark.parametrize('finals, plain', [([58.7, 59.5], [54.9, 55.1]), ([60.1, 57.0, 59.9], [55.2, 54.0, 56.0]),
+                                           ([41.5, 42.0, 43.1, 40.2], [42.1, 42.3, 41.0, 43.9]),
+                                           ([80.0, 90.0], [50.0, 75.0])])
+def test_the_seeds_needed_are_the_fewest_that_meet_the_power_formula(finals, plain):
+    """ The formula of `seeds_needed`, restated with SciPy's quantiles: n is the first count that meets it. """
+    import statistics
+    gain = abs(statistics.mean(finals) - statistics.mean(plain))
+    va, vb = statistics.variance(finals), statistics.variance(plain)
+
+    def meets(n):
+        df = ((va + vb) / n) ** 2 / ((va / n) ** 2 / (n - 1) + (vb / n) ** 2 / (n - 1))
+        return (scipy_stats.t.ppf(0.975, df) + scipy_stats.t.ppf(0.8, df)) * ((va + vb) / n) ** 0.5 <= gain
+    n = stats.seeds_needed(finals, plain)
+    expected = next((k for k in range(2, stats.MOST_SEEDS + 1) if meets(k)), stats.MOST_SEEDS + 1)
+    assert n == expected
+
+
+def test_a_gain_too_small_for_its_spread_is_said_so():
+    gains = _gains({'plain': [50.0, 54.0], 'mimetic': [50.5, 54.5]})
+    decision = stats.decide(gains, {'plain': 2, 'mimetic': 2}, 'plain')
+    assert decision.startswith('no init beats the plain one beyond the seed spread (2 seeds each)')
+    assert f'even {stats.MOST_SEEDS} seeds per arm would not tell a gain of +0.50 from none' in decision
+
+
 def test_one_seed_has_no_spread_to_judge_by():
     gains = _gains({'plain': [50.0], 'mimetic': [60.0]})
     assert gains[0].half_width is None and gains[0].verdict == 'unclear'
@@ -84,7 +150,7 @@ def tiny_comparison(tmp_path_factory):
     """ Two inits x two seeds x one epoch on the digits, two runs at a time. """
     out = tmp_path_factory.mktemp('compare') / 'cmp'
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--inits', 'plain', 'mimetic',
-           '--concurrent', '2', *TINY]
+           '--seeds', '2', '--concurrent', '2', *TINY]
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     return out, done
 
@@ -112,7 +178,8 @@ def test_a_tiny_comparison_writes_the_answer(tiny_comparison):
 def test_a_second_call_trains_nothing(tiny_comparison, capsys):
     out, _ = tiny_comparison
     before = {p: p.stat().st_mtime for p in (out / 'runs').glob('*/result.json')}
-    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic', '--concurrent', '2', *TINY], capsys)
+    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic', '--seeds', '2', '--concurrent', '2',
+                                  *TINY], capsys)
     assert code == 0, err
     assert '[start]' not in stdout and '[resume]' not in stdout
     assert {p: p.stat().st_mtime for p in (out / 'runs').glob('*/result.json')} == before
@@ -302,18 +369,31 @@ def _write_results(out, finals, test_split, settings=None, seconds=60.0):
 
 def test_runs_at_chance_are_said_not_to_have_learned(tmp_path, capsys):
     """ Every arm within its seed spread of the majority class (19.6%): the decision says the runs did not learn and
-    what to change, gives the chance and majority-class top-1, and does not ask for more seeds. """
+    what to change, gives the chance and majority-class top-1, and does not ask for more seeds. The runs trained on
+    the whole training split: more data is not a flag away (`--train-subset` only shrinks the split), so it is not
+    proposed. """
     _write_results(tmp_path, AT_CHANCE, dict(images=1000, classes=10, chance=10.0, majority=19.6))
     code, stdout, err = _compare(['--out', tmp_path, '--report'], capsys)
     assert code == 0, err
     answer = json.loads((tmp_path / 'results.json').read_text())
     assert answer['decision'].startswith('the runs did not learn') and answer['learned'] is False
-    for words in ('19.60%', 'chance 10.00%', '--epochs', '--train-subset', '--model-kwargs'):
+    for words in ('19.60%', 'chance 10.00%', '--epochs', '--model-kwargs'):
         assert words in answer['decision'], answer['decision']
-    assert 'more seeds' not in answer['decision']
+    assert 'more seeds' not in answer['decision'] and '--train-subset' not in answer['decision']
     text = (tmp_path / 'results.md').read_text()
     assert 'chance 10.00% top-1, majority class 19.60%' in text and answer['decision'] in stdout
     assert '- base model: `vit_tiny_patch2_32_gap_sincos`\n' in text  # a folder that did not record the model built
+
+
+def test_runs_on_a_subset_are_told_to_take_more_of_the_split(tmp_path, capsys):
+    """ The same runs on a subset of 1,000 training images: taking more of the split is advice that applies. """
+    settings = dict(model='vit_tiny_patch2_32_gap_sincos', model_kwargs={}, train_options=['--train-subset', '1000'],
+                    train_subset=1000)
+    _write_results(tmp_path, AT_CHANCE, dict(images=1000, classes=10, chance=10.0, majority=19.6), settings)
+    code, stdout, err = _compare(['--out', tmp_path, '--report'], capsys)
+    decision = json.loads((tmp_path / 'results.json').read_text())['decision']
+    assert code == 0 and 'on more of the training split (--train-subset above its 1,000 images, or none)' in \
+        decision, decision
 
 
 def test_an_arm_above_the_majority_class_beyond_its_spread_has_learned(tmp_path, capsys):
@@ -371,7 +451,8 @@ def test_a_comparison_on_random_labels_says_the_runs_did_not_learn(tmp_path):
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--data-dir',
            str(tmp_path / 'data'), '--val-split', 'test', '--inits', 'plain', 'mimetic', '--epochs', '1', '-b', '16',
            '--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--device', 'cpu',
-           '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--concurrent', '2']
+           '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--seeds', '2',
+           '--concurrent', '2']
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads((out / 'results.json').read_text())
@@ -664,7 +745,7 @@ def test_the_same_settings_spelled_otherwise_are_the_same_comparison(tiny_compar
                  '--epochs', '1', '--val-subset', '48', '--train-subset', '96', '--val-split', 'test', '--dataset',
                  'sklearn/digits']
     assert sorted(respelled) != sorted(TINY)
-    argv = ['--out', out, '--inits', 'plain', 'mimetic', '--concurrent', '2', *respelled]
+    argv = ['--out', out, '--inits', 'plain', 'mimetic', '--seeds', '2', '--concurrent', '2', *respelled]
     code, stdout, err = _compare(argv, capsys)
     assert code == 0, err
     assert '[start]' not in stdout and '[resume]' not in stdout
@@ -673,6 +754,7 @@ def test_the_same_settings_spelled_otherwise_are_the_same_comparison(tiny_compar
 @pytest.mark.slow
 def test_an_arm_of_the_folder_under_another_name_is_refused(tiny_comparison, capsys):
     out, _ = tiny_comparison
-    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic:', '--concurrent', '2', *TINY], capsys)
+    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic:', '--seeds', '2', '--concurrent', '2',
+                                  *TINY], capsys)
     assert code == 2 and err.count('\n') == 1, err
     assert "--inits 'mimetic:' is the arm 'mimetic' of the runs in --out" in err, err

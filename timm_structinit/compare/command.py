@@ -108,20 +108,21 @@ def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str]) -> 'Checke
         arm_run.num_classes = arm_run.num_classes or train_args.num_classes  # the data says so in the run
         arm_args[arm.label] = (arm_run, inputs)
     return Checked(plan, arm_args, (len(datasets[0]), len(datasets[1])), _test_split(datasets, train_args),
-                   _model_built(base_args, base), checks)
+                   _model_built(base_args, base), checks, len(datasets[0]) if train_args.train_subset else None)
 
 
 @dataclass
 class Checked:
     """ A checked plan, and what its checks found: each arm's checked training arguments and the inputs they read,
     the training and evaluation images, the test split's reference top-1s, the model the runs build, and the
-    seconds a run's checks take. """
+    seconds a run's checks take; the images of the training split's subset the runs take (None: the whole split). """
     plan: Plan
     arm_args: Dict[str, Tuple[argparse.Namespace, Any]]
     images: Tuple[int, int]
     test_split: Optional[Dict[str, Any]]
     model_built: str
     checks: float
+    train_subset: Optional[int] = None
 
 
 def _test_split(datasets, train_args: argparse.Namespace) -> Optional[Dict[str, Any]]:
@@ -242,6 +243,8 @@ def _record_settings(out: Path, checked: Checked, saved: Optional[Dict[str, Any]
                   model_built=checked.model_built)
     if checked.test_split is not None:
         record['test_split'] = checked.test_split
+    if checked.train_subset is not None:
+        record['train_subset'] = checked.train_subset
     estimated = {**({k: round(v, 1) for k, v in estimate.per_arm.items()} if estimate else {}),
                  **((saved or {}).get('estimated_seconds') or {})}
     if estimated:

@@ -59,6 +59,7 @@ _SETTINGS_OPTIONAL = {
     'test_split': ('a mapping', lambda v: isinstance(v, dict) and all(_number(v.get(k)) for k in
                                                                        ('images', 'classes', 'chance', 'majority'))),
     'model_built': ('a string', _string),
+    'train_subset': ('a number of images', lambda v: _integer(v) and v >= 1),
     'estimated_seconds': ('a mapping of arms to seconds', lambda v: isinstance(v, dict) and all(
         _number(x) for x in v.values())),
 }

@@ -38,10 +38,11 @@ def test_split_line(test_split: Optional[Dict[str, Any]]) -> str:
 
 
 def summarize(arms: List[str], results: List[Dict[str, Any]], reference: str,
-              test_split: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+              test_split: Optional[Dict[str, Any]] = None, train_subset: Optional[int] = None) -> Dict[str, Any]:
     """ Per arm, its statistics and gain over `reference`; the decision, which says that the runs did not learn
     when no arm beats the majority class of `test_split` (its images, classes, chance and majority top-1) beyond
-    its seed spread. Arms without results are left out. """
+    its seed spread (`train_subset`: the images of the training split's subset the runs took, None for the whole
+    split). Arms without results are left out. """
     by_arm = {arm: [r for r in results if r['arm'] == arm] for arm in arms}
     by_arm = {arm: sorted(rs, key=lambda r: r['seed']) for arm, rs in by_arm.items() if rs}
     stats = {arm: arm_stats(arm, [r['final_top1'] for r in rs], [r['best_top1'] for r in rs])
@@ -49,11 +50,15 @@ def summarize(arms: List[str], results: List[Dict[str, Any]], reference: str,
     gains = [welch_gain(arm, [r['final_top1'] for r in rs], [r['final_top1'] for r in by_arm[reference]])
              for arm, rs in by_arm.items() if arm != reference and reference in by_arm]
     seeds = {arm: len(rs) for arm, rs in by_arm.items()}
-    unlearned = not_learned(list(stats.values()), test_split['chance'], test_split['majority']) if test_split else None
+    seconds = [r['seconds'] for r in results if r.get('seconds')]
+    run_seconds = sum(seconds) / len(seconds) if seconds else None  # a run's, for the time more seeds would take
+    unlearned = not_learned(list(stats.values()), test_split['chance'], test_split['majority'],
+                            train_subset) if test_split else None
     return dict(reference=reference, stats={a: vars(s) for a, s in stats.items()},
-                gains={g.arm: dict(gain=g.gain, half_width=g.half_width, df=g.df, verdict=g.verdict) for g in gains},
+                gains={g.arm: dict(gain=g.gain, half_width=g.half_width, df=g.df, verdict=g.verdict,
+                                   margin=g.margin, seeds_needed=g.seeds_needed) for g in gains},
                 test_split=test_split, learned=unlearned is None,
-                decision=unlearned or (decide(gains, seeds, reference) if reference in by_arm else
+                decision=unlearned or (decide(gains, seeds, reference, run_seconds) if reference in by_arm else
                                        f'the {reference} arm has no result yet: nothing to compare against'),
                 method=f'gain: difference of the mean final top-1 over seeds; ±: half-width of its {CONFIDENCE:.0%} '
                        f'interval by Welch\'s t (unequal variances, Welch-Satterthwaite degrees of freedom); an arm '
@@ -129,7 +134,7 @@ def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: st
 def write_report(out_dir: Path, settings: Dict[str, Any], arms: List[str], reference: str,
                  results: List[Dict[str, Any]], header: List[str]) -> Dict[str, Any]:
     """ results.json, results.md and curves.png in `out_dir`; returns the summary. """
-    summary = summarize(arms, results, reference, settings.get('test_split'))
+    summary = summarize(arms, results, reference, settings.get('test_split'), settings.get('train_subset'))
     document = dict(settings=settings, arms=arms, **summary, runs=sorted(results, key=lambda r: (r['arm'], r['seed'])))
     with atomic_file(out_dir / 'results.json') as tmp:
         tmp.write_text(json.dumps(document, indent=1) + '\n')
