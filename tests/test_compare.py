@@ -191,7 +191,7 @@ def test_report_alone_writes_the_answer_from_the_runs(tiny_comparison, capsys):
     (out / 'results.md').unlink()
     code, stdout, err = _compare(['--out', out, '--report'], capsys)
     assert code == 0, err
-    assert (out / 'results.md').is_file() and 'seed(s)' in stdout
+    assert (out / 'results.md').is_file() and re.search(r'^plain +2 seeds +final top-1', stdout, re.M), stdout
 
 
 @pytest.mark.slow
@@ -279,6 +279,7 @@ def test_a_stopped_comparison_resumes(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert '[resume] plain_s0' in done.stdout
+    assert done.stdout.startswith('1 run (1 arm x 1 seed) of '), done.stdout  # no "1 runs", "1 seeds"
     assert json.loads((out / 'runs' / 'plain_s0' / 'result.json').read_text())['epochs'] == 3
 
 
@@ -461,6 +462,37 @@ def test_a_comparison_on_random_labels_says_the_runs_did_not_learn(tmp_path):
     assert 'majority class 60.00%' in done.stdout and 'chance 33.33%' in done.stdout
 
 
+def test_a_warning_of_the_checks_names_the_command_the_user_ran(tmp_path, capsys):
+    """ compare checks each run's options with the training command's own checks: their warning is compare's. """
+    code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--warmup-epochs', '3', '--inits', 'plain',
+                                  '--time-limit', '0.001'], capsys)
+    assert code == 2, err
+    assert 'timm-structinit compare: warning: --warmup-epochs 3 is not shorter than --epochs 1' in err, err
+    assert 'timm-structinit-train:' not in err
+
+
+@pytest.mark.slow
+def test_a_logged_warning_names_the_command_the_user_ran(tmp_path):
+    """ A warning the data reader logs (a file of a kind timm does not read), under compare and under the training
+    command: each labelled with the command that ran. """
+    from train_command import two_class_folder
+    data = two_class_folder(tmp_path / 'data', 4, 16)
+    (data / 'train' / 'cat' / 'extra.gif').write_bytes(b'GIF89a')
+    options = ['--data-dir', str(data), '--val-split', 'test', '--epochs', '1', '--warmup-epochs', '0', '-b', '4',
+               '--workers', '0', '--device', 'cpu', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
+               'patch_size=8']
+    done = subprocess.run([sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(tmp_path / 'cmp'),
+                           *options, '--inits', 'plain', '--time-limit', '0.001'], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "timm-structinit compare: warning: --train-split 'train': 1 .gif file under" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, '-m', 'timm_structinit.train', '--model', 'vit_tiny_patch2_32_gap_sincos',
+                           *options, '--output', str(tmp_path / 'run')], capture_output=True, text=True, env=ENV,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "timm-structinit-train: warning: --train-split 'train': 1 .gif file under" in done.stdout, done.stdout
+
+
 # --- estimates ------------------------------------------------------------------------------------------------------
 
 def test_the_estimate_times_the_runs_data_path(tmp_path, capsys, monkeypatch):
@@ -620,6 +652,17 @@ def test_a_result_records_the_threads_its_epochs_trained_with():
     assert 'threads' not in older  # a summary that does not record them: none claimed
 
 
+def test_counts_are_said_in_their_number():
+    """ No '1 epochs' or 'seed(s)': one run of one epoch is said so, everywhere a count is. """
+    from timm_structinit.compare.estimate import RunEstimate
+    from timm_structinit.utils.words import counted
+    assert [counted(n, 'epoch') for n in (0, 1, 2)] == ['0 epochs', '1 epoch', '2 epochs']
+    assert counted(1, 'loader process') == '1 loader process' and counted(3, 'loader process') == '3 loader processes'
+    one = RunEstimate(2.0, 1.0, 3.0, 0.5, epochs=1, evaluations=1, beside=0, per_arm={'plain': 6.5})
+    assert 'then 1 epoch of about 3.0 s and 1 evaluation of about 0.5 s' in one.describe()
+    assert 'then 2 epochs of about' in RunEstimate(2.0, 1.0, 3.0, 0.5, 2, 2, 0, {'plain': 10.0}).describe()
+
+
 def test_the_line_that_continues_a_stopped_comparison_keeps_its_environment():
     """ Pasted, the line trains the runs as before: the thread count and the devices the comparison was started
     with come first, quoted as a shell reads them; what does not set how runs train is left out. """
@@ -724,7 +767,7 @@ def test_a_damaged_file_is_one_line_naming_it_and_nothing_is_lost(tmp_path, caps
     (['mimetic:qk_noise=0.7', 'plain', 'mimetic'], "'mimetic:qk_noise=0.7' and 'mimetic' are the same arm"),
     (['plain', 'impulse:kernel_size=3,kernel_size=5'], 'kernel_size is given twice'),
     (['plain', 'impulse3:kernel_size=5'], 'impulse3 is impulse with kernel_size=3 already'),
-    (['plain', 'mimetic:kernel_size=3'], "--inits 'mimetic:kernel_size=3': unknown hyperparameter(s) ['kernel_size']"),
+    (['plain', 'mimetic:kernel_size=3'], "--inits 'mimetic:kernel_size=3': unknown hyperparameter ['kernel_size']"),
     (['plain', 'impulse:kernel_size=abc'], "--inits 'impulse:kernel_size=abc': ImpulseCfg.kernel_size='abc' must be"),
     (['plain', 'impulse:kernel_size=5'], "--inits 'impulse:kernel_size=5': kernel_size=5 is larger than the patch"),
 ])

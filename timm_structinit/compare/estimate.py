@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from ..utils.words import counted
 from .cores import CoreShare, on_share
 
 __all__ = ['RunEstimate', 'estimate_runs', 'startup_seconds']
@@ -61,8 +62,9 @@ class RunEstimate:
 
     def describe(self) -> str:
         beside = f', {self.beside} run{"s" if self.beside > 1 else ""} beside it' if self.beside else ''
-        return (f'{self.startup:.0f} s to start, {self.setup:.0f} s to build, then {self.epochs} epochs of about '
-                f'{self.epoch:.1f} s and {self.evaluations} evaluations of about {self.evaluation:.1f} s{beside}')
+        return (f'{self.startup:.0f} s to start, {self.setup:.0f} s to build, then {counted(self.epochs, "epoch")} '
+                f'of about {self.epoch:.1f} s and {counted(self.evaluations, "evaluation")} of about '
+                f'{self.evaluation:.1f} s{beside}')
 
 
 def startup_seconds() -> float:

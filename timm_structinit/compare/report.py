@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..utils.atomic import atomic_file
+from ..utils.words import counted
 from .stats import CONFIDENCE, arm_stats, decide, not_learned, welch_gain
 
 __all__ = ['summarize', 'write_report', 'result_record', 'test_split_line']
@@ -109,7 +110,7 @@ def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: st
     if not results:
         return None
     try:
-        from ..utils.figures import new_figure, save_figure
+        from ..utils.figures import epoch_axis, new_figure, save_figure
         fig = new_figure(figsize=(7, 4.5), dpi=100)
     except ImportError:
         return None
@@ -122,10 +123,10 @@ def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: st
         epochs = runs[0]['curve_epochs'][:length]
         columns = list(zip(*(r['curve'][:length] for r in runs)))
         color = f'C{i % 10}'
-        ax.plot(epochs, [sum(c) / len(c) for c in columns], color=color, label=f'{arm} ({len(runs)} seeds)')
+        ax.plot(epochs, [sum(c) / len(c) for c in columns], color=color, label=f'{arm} ({counted(len(runs), "seed")})')
         if len(runs) > 1:
             ax.fill_between(epochs, [min(c) for c in columns], [max(c) for c in columns], color=color, alpha=0.2)
-    ax.set_xlabel('epoch'), ax.set_ylabel('top-1 (%)')
+    epoch_axis(ax), ax.set_ylabel('top-1 (%)')
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3), ax.legend(fontsize=8)
     return save_figure(fig, out)

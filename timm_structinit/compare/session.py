@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..utils.atomic import atomic_file
+from ..utils.words import counted
 from .cores import CoreShare
 from .estimate import RunEstimate
 from .plan import Plan, folder_name, run_name
@@ -84,7 +85,8 @@ def _print_answer(out: Path, summary: Dict[str, Any]) -> None:
         gain = summary['gains'].get(arm)
         tail = '' if gain is None else f'  gain {gain["gain"]:+.2f}' + (
             f' ± {gain["half_width"]:.2f}' if gain['half_width'] is not None else '')
-        print(f'{arm:24s} {s["seeds"]} seed(s)  final top-1 {s["final_mean"]:.2f}  best {s["best_mean"]:.2f}{tail}')
+        print(f'{arm:24s} {counted(s["seeds"], "seed"):8s}  final top-1 {s["final_mean"]:.2f}  best '
+              f'{s["best_mean"]:.2f}{tail}')
     split = test_split_line(summary.get('test_split'))
     if split:
         print(split)
@@ -147,8 +149,9 @@ def train_and_report(args: argparse.Namespace, out: Path, checked, share: CoreSh
                      runs_dir / run_name(arm, seed), epochs) for arm, seed in plan.runs()]
     pending = sum(not (s.folder / RESULT_FILE).is_file() for s in specs)
     images = checked.images
-    print(f'{len(specs)} runs ({len(plan.arms)} arms x {plan.seeds} seeds) of {checked.model_built} on {images[0]} '
-          f'training and {images[1]} evaluation images, {epochs} epochs each', flush=True)
+    print(f'{counted(len(specs), "run")} ({counted(len(plan.arms), "arm")} x {counted(plan.seeds, "seed")}) of '
+          f'{checked.model_built} on {images[0]} training and {images[1]} evaluation images, '
+          f'{counted(epochs, "epoch")} each', flush=True)
     print(f'{args.concurrent} at a time, {share.description(first_args.workers)}', flush=True)
     print(_time_line(pending, args.concurrent, estimate, finished), flush=True)
     deadline = time.monotonic() + args.time_limit if args.time_limit else None

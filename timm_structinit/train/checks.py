@@ -5,7 +5,6 @@ import difflib
 import math
 import os
 import re
-import sys
 from typing import Any
 
 import torch
@@ -15,7 +14,9 @@ from timm.optim import list_optimizers
 
 from ..data import check_dataset_name
 from ..errors import ConfigError, DataError
+from ..utils.command_line import warn
 from ..utils.seeds import check_seed
+from ..utils.words import counted
 from .config import GRAYSCALE_TORCH_DATASETS, PROG, SCHEDULERS, build_parser
 from .failures import rank, world_size
 from .inputs import RunInputs, chans_option, in_chans, read_inputs, resume_path
@@ -52,8 +53,8 @@ def check_args(args: argparse.Namespace) -> RunInputs:
     # computed) and the source of its weights
     inputs = read_inputs(args)
     if args.warmup_epochs >= args.epochs and args.sched != 'none' and rank() == 0:
-        print(f'{PROG}: warning: --warmup-epochs {args.warmup_epochs} is not shorter than --epochs {args.epochs}: the '
-              f'whole run stays in warm-up and never reaches --lr', file=sys.stderr)
+        warn(f'--warmup-epochs {args.warmup_epochs} is not shorter than --epochs {args.epochs}: the whole run stays '
+             f'in warm-up and never reaches --lr', PROG)
     return inputs
 
 
@@ -71,7 +72,7 @@ def _check_device(device: str) -> None:
         raise ConfigError(f'--device {device!r}: no {kind} device on this machine; use --device cpu')
     index = torch.device(device).index
     if index is not None and kind == 'cuda' and index >= torch.cuda.device_count():
-        raise ConfigError(f'--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)')
+        raise ConfigError(f'--device {device!r}: this machine has {counted(torch.cuda.device_count(), "CUDA device")}')
 
 
 def _check_optimizer(args: argparse.Namespace) -> None:
