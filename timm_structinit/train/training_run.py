@@ -61,6 +61,7 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
         torch.distributed.barrier()
     seed_everything(args.seed, args.rank)
     model = build_model(args, inputs)
+    _record_init_seed(args, model)
     config = data_config(args, model, (dataset_train, dataset_eval))
     _logger.info(f'Model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.3f}M parameters, '
                  f'{args.num_classes} classes, input {tuple(config["input_size"])}; {len(dataset_train)} training / '
@@ -97,6 +98,15 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
         _open_output(run, inputs, dataset_eval, eval_options)
     history, eval_metrics = run_epochs(run)
     return finish_run(run, history, eval_metrics)
+
+
+def _record_init_seed(args: argparse.Namespace, model: nn.Module) -> None:
+    """ The seed a structured init drew from torch's generator (seeded with --seed) when model_kwargs did not fix
+    one, kept with the run's arguments in its checkpoints (args.struct_init_seed), so that an export of them names
+    the init training started from and builds it again. """
+    record = getattr(model, 'struct_init_record', None)
+    if record is not None and 'seed' in record and 'struct_init_seed' not in args.model_kwargs:
+        args.struct_init_seed = int(record['seed'])
 
 
 def _refuse_early(args: argparse.Namespace, inputs: RunInputs,
