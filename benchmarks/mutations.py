@@ -378,6 +378,15 @@ MUTATIONS = [
         ('compare/stats.py', 't_quantile(0.5 + CONFIDENCE / 2, df) * math.sqrt(variance)',
          '1.959964 * math.sqrt(variance)'),),
         (COMPARE_TESTS, '-k', 'welch or decisions')),
+    Mutation('compare-seeds-without-power', "the seeds the spread needs put the gain at the interval's edge (50% "
+             "power), not beyond it at 80%", (
+                 ('compare/stats.py', '(t_quantile(0.5 + confidence / 2, df) + t_quantile(power, df)) * math.sqrt(',
+                  't_quantile(0.5 + confidence / 2, df) * math.sqrt('),),
+             (COMPARE_TESTS, '-k', 'seeds')),
+    Mutation('compare-margin-from-lowest', "an arm is said to beat every plain run when its lowest run beats the "
+             "plain init's lowest, not its highest", (
+                 ('compare/stats.py', 'margin = min(finals) - max(plain)', 'margin = min(finals) - min(plain)'),),
+             (COMPARE_TESTS, '-k', 'every_run or decisions')),
     Mutation('compare-verdict-sign', "a gain beyond its interval is called worse when positive, better when negative", (
         ('compare/stats.py', "return 'better' if self.gain > 0 else 'worse'",
          "return 'worse' if self.gain > 0 else 'better'"),),
