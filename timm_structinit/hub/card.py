@@ -110,7 +110,8 @@ def rest_init_text(weight_init: str) -> str:
 def _init_seed_text(record: Mapping[str, Any], trained: Mapping[str, Any]) -> str:
     """ The seed of the init a run started from: fixed by its model_kwargs, or drawn from torch's generator, which
     the run's --seed seeds (recorded by the run, or, by an older one, not). """
-    run_seed = f"the run's --seed {trained['run_seed']}" if trained.get('run_seed') is not None else "the run's seed"
+    seed = (trained.get('recipe') or {}).get('seed')
+    run_seed = f"the run's --seed {seed}" if seed is not None else "the run's seed"
     if 'seed' not in record:
         return (f"not recorded in the checkpoint: the run did not fix struct_init_seed, so its init drew one from "
                 f"torch's generator, seeded with {run_seed}, and this run did not record it")

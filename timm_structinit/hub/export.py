@@ -119,7 +119,7 @@ def _training_facts(path: Path, meta: Mapping[str, Any], kwargs: Mapping[str, An
     return json.loads(json.dumps(dict(
         checkpoint=path.name, weights=meta['weights'], epoch=meta['epoch'], eval=evaluation, dataset=dataset,
         started_from=started_from, init_seed_known='struct_init_seed' in kwargs and started_from is None,
-        init_seed_drawn=_drawn_init_seed(args) is not None, run_seed=args.get('seed'),
+        **({'init_seed_drawn': True} if _drawn_init_seed(args) is not None else {}),
         base_model=model.split(':', 1)[1].split('@')[0] if pretrained and model.startswith('hf-hub:') else None,
         recipe_file=os.path.basename(str(args['config'])) if args.get('config') else None, recipe=recipe), default=str))
 
