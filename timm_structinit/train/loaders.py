@@ -62,7 +62,7 @@ def build_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_trai
     timm's evaluation loader (the target-mass tracker reads images through them, whichever loader trains). """
     workers, pin_memory = loader_workers(args.workers), args.pin_mem and device.type not in ('cpu', 'mps')
     if workers < args.workers:
-        _logger.info(f'Loader: {workers} worker processes per training process ({args.workers} asked for; '
+        _logger.info(f'Loader: {counted(workers, "worker process")} per training process ({args.workers} asked for; '
                      f'{counted(usable_cores(), "core")} here)')
     eval_options = dict(
         input_size=config['input_size'], mean=config['mean'], std=config['std'], num_workers=workers,
