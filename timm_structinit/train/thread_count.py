@@ -6,11 +6,12 @@ With the cores to itself, a small ViT gains from a second thread (the digits rec
 two threads, 13.4 s on one); beside one other busy process, the thread that shares its core with it holds the other
 up at every barrier, and the same run took 21.5 s on two threads against 13.1 s on one. Which count is faster
 depends on the model (how long its operators run between barriers) and on what else runs on the machine, so neither
-a fixed count nor a rule of the model's size chooses it: the probe times the run's own step (forward, loss and
-backward of a copy of the model, on a batch of the run's size and input, under its autocast) at each candidate count,
-the counts interleaved so that a change of load falls on all of them, and takes the fewest threads within
-`TOLERANCE` of the fastest (fewer threads leave cores to the rest of the machine, and the difference is within the
-probe's noise). A step that already takes `LONG_STEP` seconds on the default count is spent in large operators,
+a fixed count nor a rule of the model's size chooses it: the probe times the run's own step (forward, loss, backward
+and the optimizer's update, of a copy of the model and its optimizer, on a batch of the run's size and input, under
+its autocast) at each candidate count, the counts interleaved so that a change of load falls on all of them, and
+takes the fewest threads whose mean step is within `TOLERANCE` of the fastest's (fewer threads leave cores to the
+rest of the machine, and the difference is within the probe's noise; the mean, as a count whose steps now and then
+stall waiting for a busy core costs a run its mean). A step that already takes `LONG_STEP` seconds on the default count is spent in large operators,
 which every thread shortens: the probe stops there and keeps the default (it would cost more than it could gain).
 
 Each candidate runs on a thread of its own, started for it and ended with the probe: the caller's thread keeps the
@@ -44,8 +45,8 @@ _PROBE_SECONDS, _MAX_ROUNDS = 1.0, 8  # otherwise rounds until this many seconds
 @dataclass(frozen=True)
 class ThreadChoice:
     """ The count a run trains with; how it was chosen: '--threads', 'OMP_NUM_THREADS', 'probe', or 'default'
-    (torch's own count, for the reason `why` gives); and the probe's median seconds per step of each count it timed
-    (of the default count, for a step too long to probe). """
+    (torch's own count, for the reason `why` gives); and the probe's mean seconds per step of each count it timed (of
+    the default count's one step, for a step too long to probe). """
     threads: int
     how: str
     step_seconds: Mapping[int, float] = field(default_factory=dict)
