@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from ..utils.words import counted, plural
+
 __all__ = ['ArmStats', 'Gain', 'arm_stats', 'welch_gain', 't_quantile', 'decide', 'beats_majority', 'not_learned',
            'seeds_needed', 'CONFIDENCE', 'POWER', 'MOST_SEEDS']
 
@@ -183,10 +185,6 @@ def not_learned(arms: Sequence[ArmStats], chance: float, majority: float,
             f'another patch_size), then compare again')
 
 
-def _seed_count(n: int) -> str:
-    return f'{n} seed{"s" if n != 1 else ""}'
-
-
 def _more_seeds(gain: Gain, seeds: Dict[str, int], run_seconds: Optional[float]) -> str:
     """ What more seeds would take to decide `gain`: how many per arm the spread seen needs, the runs that adds to
     every arm and their time (by the mean time of the runs so far), or that the gain is too small for its spread. """
@@ -201,9 +199,9 @@ def _more_seeds(gain: Gain, seeds: Dict[str, int], run_seconds: Optional[float])
         needed = have + 1
     runs = sum(needed - min(needed, n) for n in seeds.values())
     cost = f' (about {_duration(run_seconds * runs)} one at a time)' if run_seconds else ''
-    return (f'the spread seen needs {_seed_count(needed)} per arm to decide a gain of {gain.gain:+.2f} '
+    return (f'the spread seen needs {counted(needed, "seed")} per arm to decide a gain of {gain.gain:+.2f} '
             f'({POWER:.0%} of the time): --seeds {needed} with the same --out trains {runs} more '
-            f'run{"s" if runs != 1 else ""}{cost}')
+            f'{plural(runs, "run")}{cost}')
 
 
 def _duration(seconds: float) -> str:
@@ -218,7 +216,7 @@ def decide(gains: List[Gain], seeds: Dict[str, int], plain: str, run_seconds: Op
     if not gains:
         return f'only the {plain} arm has results: nothing to compare yet'
     counts = sorted(set(seeds.values()))
-    each = f'{_seed_count(counts[0])} each' if len(counts) == 1 else \
+    each = f'{counted(counts[0], "seed")} each' if len(counts) == 1 else \
         'seeds: ' + ', '.join(f'{a} {n}' for a, n in seeds.items())
     if any(g.half_width is None for g in gains):
         best = max(gains, key=lambda g: g.gain)
@@ -236,9 +234,9 @@ def decide(gains: List[Gain], seeds: Dict[str, int], plain: str, run_seconds: Op
         lead = above[0]
         others = [g.arm for g in above[1:]]
         also = f'; {", ".join(others)} likewise' if others else ''
-        runs = f'{seeds[lead.arm]} run{"s" if seeds[lead.arm] != 1 else ""}'
-        return (f'{lead.arm}: each of its {runs} beat every {plain} run, by {lead.margin:.2f} points at least (gain '
-                f'{lead.gain:+.2f}), but with {each} the 95% interval (± {lead.half_width:.2f}) still holds zero: '
+        return (f'{lead.arm}: each of its {counted(seeds[lead.arm], "run")} beat every {plain} run, by '
+                f'{lead.margin:.2f} points at least (gain {lead.gain:+.2f}), but with {each} the 95% interval '
+                f'(± {lead.half_width:.2f}) still holds zero: '
                 f'the seed spread may yet explain it{also}{tail}; {_more_seeds(lead, seeds, run_seconds)}')
     more = _more_seeds(best, seeds, run_seconds) if best.gain > 0 else 'more seeds would tell'
     return f'no init beats the {plain} one beyond the seed spread ({each}){tail}; {more}'
