@@ -116,7 +116,7 @@ def test_on_a_terminal_pytest_says_at_once_that_it_is_collecting(tmp_path):
     """ pytest -q on a terminal: the line that says it is collecting comes while the test modules still import,
     and gives way to what was collected. """
     import pty
-    out, env, command = _slow_suite(tmp_path, 8)
+    out, env, command = _slow_suite(tmp_path, 4)
     main, terminal = pty.openpty()
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdin=terminal, stdout=terminal, stderr=terminal,
                             preexec_fn=signals_as_in_a_terminal)
