@@ -53,6 +53,7 @@ TRAIN_INVALID = {
     '--grad-accum-steps': (['--grad-accum-steps', '0'], None),
     '--model-kwargs': (['--model-kwargs', 'depht=2'], 'depht'),
     '--device': (['--device', 'tpu'], None),
+    '--threads': (['--threads', '0'], None),
     '--amp': (['--amp=1'], None),
     '--amp-dtype': (['--amp-dtype', 'float8'], None),
     '--torchcompile': (['--torchcompile', 'nope'], None),

@@ -2,6 +2,7 @@
 command in the test process (which takes it as its own Ctrl-C and returns 130) ends pytest with its interrupted
 summary, and so does a SIGINT to pytest-xdist's controller while a worker runs one. """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,3 +79,77 @@ def test_sigint_stops_pytest_while_a_command_runs_in_the_test_process(call, opti
     assert _epochs(summary) <= epochs + 1, output[-3000:]  # the command stopped in the epoch it was in
     if not options:  # in one process, the test after it never ran (with -n 2, the other worker ran it meanwhile)
         assert not (out / 'after').exists(), output[-3000:]
+
+
+# a suite whose module takes seconds to import (as torch's and timm's imports do), and whose one test waits
+SLOW_SUITE = '''
+import atexit
+import os
+import time
+from pathlib import Path
+
+OUT = Path(os.environ['SUITE_OUT'])
+time.sleep(float(os.environ['SUITE_IMPORT_SECONDS']))
+(OUT / 'imported').write_text('')
+atexit.register(lambda: (OUT / 'interpreter-teardown').write_text(''))
+
+
+def test_waits():
+    (OUT / 'started').write_text('')
+    time.sleep(120)
+'''
+
+
+def _slow_suite(tmp_path, import_seconds):
+    (tmp_path / 'test_slow_suite.py').write_text(SLOW_SUITE)
+    out = tmp_path / 'out'
+    out.mkdir()
+    env = dict(os.environ, SUITE_OUT=str(out), SUITE_IMPORT_SECONDS=str(import_seconds),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get('PYTHONPATH')])))
+    command = [sys.executable, '-m', 'pytest', '-q', '-p', 'conftest', '-p', 'no:cacheprovider', '--basetemp',
+               str(tmp_path / 'basetemp'), 'test_slow_suite.py']
+    return out, env, command
+
+
+@pytest.mark.slow
+def test_on_a_terminal_pytest_says_at_once_that_it_is_collecting(tmp_path):
+    """ pytest -q on a terminal: the line that says it is collecting comes while the test modules still import,
+    and gives way to what was collected. """
+    import pty
+    out, env, command = _slow_suite(tmp_path, 4)
+    main, terminal = pty.openpty()
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdin=terminal, stdout=terminal, stderr=terminal,
+                            preexec_fn=signals_as_in_a_terminal)
+    os.close(terminal)
+    shown, seen_while_importing = b'', False
+    deadline = time.monotonic() + 120
+    try:
+        while not (out / 'started').exists() and time.monotonic() < deadline:
+            ready = __import__('select').select([main], [], [], 0.1)[0]
+            if ready:
+                shown += os.read(main, 4096)
+            seen_while_importing = seen_while_importing or (b'collecting tests' in shown
+                                                            and not (out / 'imported').exists())
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(main)
+    assert seen_while_importing, shown.decode(errors='replace')
+    assert b'collected 1 test ' in shown, shown.decode(errors='replace')
+
+
+@pytest.mark.slow
+def test_after_ctrl_c_pytest_ends_without_the_interpreters_teardown(tmp_path):
+    """ Ctrl-C while a test runs: pytest prints its interrupted summary, ends every fixture, and exits, skipping
+    the interpreter's teardown (its garbage collection over torch, timm and every module took seconds). """
+    out, env, command = _slow_suite(tmp_path, 0)
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=signals_as_in_a_terminal)
+    deadline = time.monotonic() + 120
+    while not (out / 'started').exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED and 'KeyboardInterrupt' in output, output
+    assert re.search(r'no tests ran in [0-9.]+s', output.splitlines()[-1]), output  # its summary said so
+    assert not (out / 'interpreter-teardown').exists(), output  # ended before the handlers at exit ran

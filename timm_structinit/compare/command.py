@@ -114,7 +114,7 @@ def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str], slurm: Opt
         arm_run.num_classes = arm_run.num_classes or train_args.num_classes  # the data says so in the run
         arm_args[arm.label] = (arm_run, inputs)
     return Checked(plan, arm_args, (len(datasets[0]), len(datasets[1])), _test_split(datasets, train_args),
-                   _model_built(base_args, base), checks)
+                   _model_built(base_args, base), checks, len(datasets[0]) if train_args.train_subset else None)
 
 
 def _check_here(run_args: argparse.Namespace):
@@ -126,13 +126,14 @@ def _check_here(run_args: argparse.Namespace):
 class Checked:
     """ A checked plan, and what its checks found: each arm's checked training arguments and the inputs they read,
     the training and evaluation images, the test split's reference top-1s, the model the runs build, and the
-    seconds a run's checks take. """
+    seconds a run's checks take; the images of the training split's subset the runs take (None: the whole split). """
     plan: Plan
     arm_args: Dict[str, Tuple[argparse.Namespace, Any]]
     images: Tuple[int, int]
     test_split: Optional[Dict[str, Any]]
     model_built: str
     checks: float
+    train_subset: Optional[int] = None
 
 
 def _test_split(datasets, train_args: argparse.Namespace) -> Optional[Dict[str, Any]]:
@@ -253,6 +254,8 @@ def _record_settings(out: Path, checked: Checked, saved: Optional[Dict[str, Any]
                   model_built=checked.model_built)
     if checked.test_split is not None:
         record['test_split'] = checked.test_split
+    if checked.train_subset is not None:
+        record['train_subset'] = checked.train_subset
     estimated = {**({k: round(v, 1) for k, v in estimate.per_arm.items()} if estimate else {}),
                  **((saved or {}).get('estimated_seconds') or {})}
     if estimated:
@@ -286,10 +289,10 @@ def run(args: argparse.Namespace) -> int:
         from .slurm_session import run_on_slurm
         _record_settings(out, checked, saved, None)  # each run's time is its job's (what ran here says nothing)
         return run_on_slurm(args, out, checked, slurm)
-    share = core_share(args.concurrent)
     # once a run has finished, the runs that finished say what a run takes; before, the estimate, made beside the
     # runs --concurrent trains at the same time (the comparison's first run, into a temporary folder)
     first_args = next(iter(checked.arm_args.values()))[0]
+    share = core_share(args.concurrent, first_args.threads)
     beside = checked.plan.command(checked.plan.arms[0], 0, str(out / 'runs')) + share.run_options(first_args.workers)
     estimate = None if finished else estimate_runs(checked.arm_args, share, checked.checks, beside)
     seconds = max(r['seconds'] for r in finished) if finished else estimate.seconds
