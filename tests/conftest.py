@@ -141,15 +141,43 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-class _InterruptsPassedToWorkers:
-    """ pytest-xdist's controller, interrupted by a SIGINT (not by -x or a worker's own interrupt), passes it on to
-    its workers at once, so that each stops its test as the controller stopped (execnet would send it 5 s later, and
-    kill them 5 s after that). """
+class _XdistController:
+    """ pytest-xdist's controller: its workers collect and run the tests.
 
-    @staticmethod
-    def pytest_keyboard_interrupt(excinfo):
+    Under -q its own line says 'bringing up nodes...' until the tests start (its count of the workers collecting is
+    for the default verbosity and above), so a line says first that they collect.
+
+    Ctrl-C (a SIGINT; not -x, nor a worker's own interrupt, after which the workers end as usual) ends the workers
+    and every process below them at once, before the controller reports it: left to themselves, the workers took
+    seconds to end (one still importing torch, timm and the test modules first wrote its own summary of the
+    interrupt, which nobody reads, its fixtures ending the tests' processes after it), and execnet waits 10 s for
+    each before it kills the worker alone, leaving what its test had started. Each gets SIGINT, so that one that can
+    stops its test and ends it, then SIGKILL, with what is below it, if it still runs `GRACE` seconds later. """
+
+    GRACE = 0.5
+
+    def __init__(self):
+        self.ended = None  # after Ctrl-C: the workers, those killed, the processes killed (`end_children`)
+
+    @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own line, which stays below it
+    def pytest_xdist_setupnodes(self, config, specs):
+        reporter = _terminal(config)
+        if reporter is not None and config.option.verbose < 0:
+            reporter.write_line(f'collecting tests in {len(specs)} workers (each imports torch, timm and the test '
+                                f'modules) ...')
+
+    def pytest_keyboard_interrupt(self, excinfo):
         if interrupts.sigint_came():
-            interrupts.interrupt_children()
+            self.ended = interrupts.end_children(self.GRACE)
+
+    def pytest_terminal_summary(self, terminalreporter):  # what Ctrl-C ended, before pytest's account of it
+        if self.ended is None:
+            return
+        workers, late, killed = self.ended
+        below = killed - late
+        terminalreporter.write_line(f'Ctrl-C: {late} of the {workers} worker{"s" if workers != 1 else ""} still '
+                                    f'running {self.GRACE} s after it and {below} process{"es" if below != 1 else ""} '
+                                    f'below the workers were killed')
 
 
 class _Collecting:
@@ -165,7 +193,7 @@ def pytest_collection(session):
     the line comes before they start. Then the suite's thread count: tests are small, and two threads at most keep
     two pytest processes from crowding a 2-core machine. """
     if session.config.pluginmanager.has_plugin('dsession'):  # pytest-xdist's controller: its workers collect, and
-        return  # it says so itself ('bringing up nodes...')
+        return  # `_XdistController` says so
     reporter = _terminal(session.config)
     if reporter is not None:
         reporter.rewrite('collecting tests (importing torch, timm and the test modules) ...', erase=True)
@@ -208,7 +236,7 @@ def pytest_configure(config):
 
 def pytest_sessionstart(session):
     if session.config.pluginmanager.has_plugin('dsession'):  # pytest-xdist's controller
-        session.config.pluginmanager.register(_InterruptsPassedToWorkers())
+        session.config.pluginmanager.register(_XdistController())
 
 
 def pytest_keyboard_interrupt(excinfo):
