@@ -204,7 +204,9 @@ def pytest_collection(session):
 
 def _terminal(config):
     reporter = config.pluginmanager.get_plugin('terminalreporter')
-    return reporter if reporter is not None and reporter.isatty and 'PYTEST_XDIST_WORKER' not in os.environ else None
+    # a worker of pytest-xdist has `workerinput`; its environment's PYTEST_XDIST_WORKER is also inherited by the
+    # pytest processes its tests start, which are not workers
+    return reporter if reporter is not None and reporter.isatty and not hasattr(config, 'workerinput') else None
 
 
 def pytest_collectreport(report):
