@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from ..inits.heads import find_attention, read_qk, read_vproj
+from ..inits.heads import find_attention, layout_of, read_qk, read_vproj
+from ..inits.model_maps import captured_maps
 from ..inits.impulse import impulse_pseudo_input, impulse_target
 from ..inits.impulse_solvers import attention_maps, map_metrics
 from ..utils.figures import new_figure, save_figure
@@ -57,7 +58,7 @@ def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
     _grid(model)  # a ValueError for a model without a patch grid
     attn = find_attention(model)[layer]
     wq, wk = (w.cpu() for w in read_qk(attn))  # the pseudo input is built on the CPU
-    return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, _init_cfg(model)), wq, wk)
+    return attention_maps(impulse_pseudo_input(model, layout_of(attn).dim_in, _init_cfg(model)), wq, wk)
 
 
 def _image_grid(model: nn.Module, images: torch.Tensor):
@@ -93,34 +94,12 @@ def image_attention_maps(model: nn.Module, layer: int, images: torch.Tensor) -> 
 
 @torch.no_grad()
 def _image_attention_maps(model: nn.Module, layers: Sequence[int], images: torch.Tensor) -> Dict[int, torch.Tensor]:
-    """ Several layers' maps from one forward pass.
-
-    timm's attention runs fused kernels that never materialize the probabilities, so a hook on each attention
-    module's input recomputes them from its own weights (qk norm is refused by `find_attention`).
-    """
+    """ Several layers' maps from one forward pass: the probabilities each attention computes there
+    (`inits.model_maps.captured_maps`, fused kernels included), averaged over the images. """
     attns = find_attention(model)
-    captured: Dict[int, torch.Tensor] = {}
-
-    def hook_for(layer):
-        def hook(module, args):
-            x = args[0]
-            batch, tokens, dim = x.shape
-            qkv = module.qkv(x).reshape(batch, tokens, 3, module.num_heads, dim // module.num_heads)
-            q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
-            probs = (q @ k.transpose(-1, -2) * (dim // module.num_heads) ** -0.5).softmax(-1)
-            captured[layer] = probs.mean(0).cpu()  # what reads the maps (metrics, figures) works on the CPU
-        return hook
-
-    handles = [attns[layer].register_forward_pre_hook(hook_for(layer)) for layer in layers]
-    was_training = model.training
-    try:
-        model.eval()
-        model(images)
-    finally:
-        model.train(was_training)
-        for handle in handles:
-            handle.remove()
-    return captured
+    maps = captured_maps(model, [attns[layer] for layer in layers], images)
+    # what reads the maps (metrics, figures) works on the CPU
+    return {layer: layer_maps[0].float().mean(0).cpu() for layer, layer_maps in zip(layers, maps)}
 
 
 def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
@@ -198,7 +177,7 @@ def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[D
         qk = qk_products(attn)
         vp = product_stats(vproj_product(attn))
         maps = pseudo_input_maps(model, layer) if grid is not None else None
-        for head in range(attn.num_heads):
+        for head in range(layout_of(attn).heads):
             row = {'layer': layer, 'head': head}
             row.update({f'qk_{k}': v for k, v in product_stats(qk[head]).items()})
             row.update({f'vproj_{k}': v for k, v in vp.items()})
@@ -245,7 +224,7 @@ def plot_layer(
     the same averaged over real images when given, the map of the centre query as a grid (the filter view), and
     W_q W_k^T; plus W_v W_proj. Written to a temporary file, then renamed. """
     attn = find_attention(model)[layer]
-    heads = attn.num_heads
+    heads = layout_of(attn).heads
     grid = _grid(model)
     n = grid[0] * grid[1]
     zoom = zoom or min(n, 2 * grid[1] + 2)

@@ -1,0 +1,125 @@
+""" Every timm model family, every init: it holds in the model's own step-0 forward, or it is refused in one line with
+the model bit for bit as it was; never applied without holding, never a traceback (tests/zoo.py has the builds and
+the checks, written apart from the package). The docs' table (docs/zoo.md) is what these checks give. """
+import ast
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+import timm_structinit
+
+from timm_structinit.inits.heads import NoAttentionError, attention_refusals, model_layouts
+from timm_structinit.inits.timm_attention import NOT_TOKEN_ATTENTION, POOLING_HEADS, READERS, REFUSED
+from zoo import INITS, NO_ATTENTION, ZOO, model_cell, outcome, parse_table, timm_families
+
+DOCS = Path(__file__).resolve().parents[1] / 'docs' / 'zoo.md'
+
+# classes of timm that compute a softmax for something other than attention between tokens, or whose softmax is
+# inside a class the tables name (the layers or blocks around it)
+SOFTMAX_ELSEWHERE = {
+    'timm.layers.split_attn.RadixSoftmax',              # inside SplitAttn: a softmax over branches
+    'timm.models.efficientvim.EfficientViM',            # the model class of HSMSSD (a state-space mixer)
+    'timm.models.efficientvim.EfficientViMDistilled',
+}
+
+
+def test_every_timm_family_is_in_the_zoo():
+    """ A family a new timm release adds shows up here: add it to tests/zoo.py, then regenerate docs/zoo.md. """
+    families = set(timm_families())
+    listed = set(ZOO) | set(NO_ATTENTION)
+    assert families - listed == set(), f'timm families not in tests/zoo.py: {sorted(families - listed)}'
+    assert listed - families == set(), f'families tests/zoo.py lists that timm no longer has: {sorted(listed - families)}'
+
+
+def _softmax_classes():
+    """ Qualified names of timm's classes whose source calls softmax or scaled_dot_product_attention. """
+    root = Path(timm.__file__).parent
+    for path in sorted([*root.glob('models/*.py'), *root.glob('layers/*.py')]):
+        text = path.read_text()
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ClassDef):
+                source = ast.get_source_segment(text, node) or ''
+                if 'softmax' in source or 'scaled_dot_product_attention' in source:
+                    yield f'timm.{path.parent.name}.{path.stem}.{node.name}'
+
+
+def test_every_attention_class_of_timm_is_read_or_refused():
+    """ Each class of timm computing a softmax is read (READERS), refused with what it computes (REFUSED), or known
+    not to be attention between tokens: a new class shows up here rather than being passed over in silence. """
+    known = set(READERS) | set(REFUSED) | POOLING_HEADS | set(NOT_TOKEN_ATTENTION) | SOFTMAX_ELSEWHERE
+    unknown = sorted(set(_softmax_classes()) - known)
+    assert not unknown, f'timm classes with a softmax that timm_structinit.inits.timm_attention does not know: {unknown}'
+
+
+@pytest.mark.parametrize('family', NO_ATTENTION)
+def test_families_without_attention_have_none(family):
+    """ The first model of each family listed without attention, built on the meta device (no weights), has no
+    attention an init could write or would refuse. """
+    name = timm_families()[family][0]
+    model = timm.create_model(name, pretrained=False, device='meta')
+    assert attention_refusals(model) == []
+    with pytest.raises(NoAttentionError, match='has no attention layer'):
+        model_layouts(model)
+
+
+def _builds():
+    for family, builds in ZOO.items():
+        for name, kwargs, slow in builds:
+            marks = [pytest.mark.slow] if slow else []
+            yield pytest.param(family, name, kwargs, id=f'{family}-{name}' + ('-bias' if 'rel_pos_type' in kwargs else
+                                                                             '-rope' if 'eva02' in name else ''),
+                               marks=marks)
+
+
+@pytest.mark.parametrize('family,name,kwargs', list(_builds()))
+def test_each_init_holds_or_is_refused_untouched(family, name, kwargs):
+    """ One small build of the family, each init from a fresh build: it holds (mimetic: every written product is
+    the paper's; impulse: the model's own forward on position alone peaks on each head's offset) or is refused in
+    one line with the model as it was (`zoo.outcome` asserts both); and the outcome is the one docs/zoo.md gives. """
+    torch.set_num_threads(1)
+    documented = parse_table(DOCS.read_text())
+    for init in INITS:
+        result = outcome(name, kwargs, init)
+        row = documented.get((family, model_cell(name, kwargs), init))
+        assert row is not None, f'docs/zoo.md has no row for {family} {name}: python tests/zoo.py --write docs/zoo.md'
+        assert row['outcome'] == result['outcome'], (init, result)
+        if result['outcome'] == 'refused':
+            assert row['detail'] == result['detail'].replace('|', '/'), init
+
+
+def test_the_table_names_the_timm_it_was_made_with():
+    assert f'timm {timm.__version__}' in DOCS.read_text()
+
+
+def test_a_learned_table_vit_holds_on_a_blank_image():
+    """ timm's DeiT (a learned position table) under the 2024 preset: on an all-zero image, through timm's own
+    attention (its unfused path, the maps read at attn_drop), every head of the first block puts its largest attention
+    on the key at its offset for every query whose key is on the 6 x 6 grid; the record says what the model computes
+    on position alone, the same here (the patch embedding's bias is small against the sin-cos table). """
+    torch.manual_seed(0)
+    model = timm.create_model('deit_tiny_patch16_224', depth=3, img_size=96).eval()
+    record = timm_structinit.apply_init(model, 'impulse', seed=0)
+    attn = model.blocks[0].attn
+    attn.fused_attn = False
+    seen = {}
+    handle = attn.attn_drop.register_forward_hook(lambda module, args, out: seen.update(maps=out))
+    with torch.no_grad():
+        model(torch.zeros(1, 3, 96, 96))
+    handle.remove()
+    for head, (dy, dx) in enumerate(record['offsets'][0]):
+        argmax = seen['maps'][0, head, 1:].argmax(-1) - 1  # patch queries; the class token is key 0
+        on_grid = [(r, c) for r in range(6) for c in range(6) if 0 <= r + dy < 6 and 0 <= c + dx < 6]
+        assert all(int(argmax[r * 6 + c]) == (r + dy) * 6 + c + dx for r, c in on_grid), head
+    assert record['hit_rate'][0] == [1.0] * 3 and 'position alone' in record['measured_on']
+
+
+def test_content_orthogonal_with_nothing_left_is_refused_before_any_work():
+    """ A patch-16 ViT's patch embedding (768 values per patch) spans every direction of a 192-wide token: nothing of
+    the position table is free of content, so content='orthogonal' has nothing to solve on. """
+    model = timm.create_model('vit_tiny_patch16_224', depth=1, img_size=64)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"content='orthogonal' leaves nothing to solve on: .* span 192 of the 192 "):
+        timm_structinit.apply_init(model, 'impulse', seed=0, content='orthogonal')
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
