@@ -10,7 +10,6 @@ W_v W_proj from the weights (`attention_weights`), and the attention maps from t
 `attn_drop` input with `fused_attn` off, on position alone: the patch embedding's output replaced by zeros).
 """
 import argparse
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path

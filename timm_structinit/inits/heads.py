@@ -41,13 +41,15 @@ def _shared_position(model: nn.Module):
     if shared is not None and hasattr(shared, 'relative_position_bias_table'):  # BEiT
         size = shared.relative_position_index.shape[0]
         return PositionBias(shared.relative_position_bias_table, shared.relative_position_index.reshape(size, size),
-                            tuple(shared.window_size), 1, shared=True)
+                            tuple(shared.window_size), 1, shared=True, owner=shared,
+                            index_name='relative_position_index')
     shared = getattr(model, 'shared_rel_pos', None)
     if shared is not None and type(shared).__name__ == 'RelPosBias':
         size = shared.relative_position_index.numel()
         side = int(round(size ** 0.5))
         return PositionBias(shared.relative_position_bias_table, shared.relative_position_index.reshape(side, side),
-                            tuple(shared.window_size), shared.prefix_tokens, shared=True)
+                            tuple(shared.window_size), shared.prefix_tokens, shared=True, owner=shared,
+                            index_name='relative_position_index')
     return None
 
 

@@ -17,29 +17,31 @@ Two published versions, one configuration (`ImpulseCfg`), presets in the registr
   own position embedding times 18 (the model keeps the x18 embedding, as in the authors' code), mimetic V/proj
   (a2 = b2 = 0.4), every layer solved with fresh noise.
 
-Class and register tokens: the targets cover the patch tokens only. The solve sees the patch grid, and the prefix
-tokens' rows and columns of the map are whatever the solved Q, K give them; with average pooling (the impulse
-models) there are none.
+On timm's own ViTs (`impulse_inputs`): a learned table under the 2024 solve starts at the sin-cos table the solve
+assumes (written into its patch rows); the capped solves also see the prefix tokens (class, register) as keys with no
+target; the record's hit rates and masses are measured in the model's own forward pass on position alone, and an init
+whose first attention does not hold there is undone (`impulse_holds`).
 """
 import copy
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..layers.pos_embed import set_pos_embed_scale_, sincos_pos_embed
+from ..layers.pos_embed import set_pos_embed_scale_
 from .heads import layout_of
-from .layouts import AttentionLayout
-from .model_maps import blank_image, captured_maps, impulse_hits
 from .impulse_budget import (  # noqa: F401  the solve's cost and budget, importable from the init too
     SOLVE_MEMORY_BUDGET, SOLVE_WORK_BUDGET, check_solve_budget, impulse_solve_cost)
+from .impulse_holds import MEASURED_ON, check_holds, measured_hits
+from .impulse_inputs import (  # noqa: F401  the pseudo input, importable from the init too
+    _token_table, content_dims, layer_normed, learned_table, pseudo_input, write_sincos_table_)
 from .impulse_solvers import SOLVERS, WARM_START
 from .impulse_targets import (  # noqa: F401  the offsets and targets, importable from the init too
     BORDERS, OFFSET_POLICIES, _odd_kernel, draw_offsets, draw_offsets_cycled, fixed_order, impulse_target,
     window_offsets)
+from .layouts import AttentionLayout
 from .mimetic import MimeticCfg, mimetic_vproj_init_
 
 __all__ = [
@@ -47,16 +49,6 @@ __all__ = [
     'ImpulseCfg', 'impulse_init_', 'impulse_pseudo_input', 'check_impulse_model', 'impulse_solve_cost',
     'OFFSET_POLICIES', 'BORDERS', 'IMPULSE2025', 'SOLVE_MEMORY_BUDGET', 'SOLVE_WORK_BUDGET',
 ]
-
-
-def pseudo_input(grid_size: Tuple[int, int], embed_dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """ LayerNorm (no affine, eps 1e-5) of the grid's sin-cos table: (H * W, D), the 2024 impulse pseudo input.
-
-    This is what a block's pre-attention LayerNorm sees at step 0 for a blank image whose patch embedding is
-    zero, so an attention map solved on it is the map the model starts from on the position signal alone.
-    """
-    table = sincos_pos_embed(grid_size, embed_dim, dtype=torch.float64)[0]
-    return F.layer_norm(table, (embed_dim,), eps=1e-5).to(dtype)
 
 
 _POSITIVE = {'range': (1e-12, float('inf'))}
@@ -122,6 +114,22 @@ IMPULSE2025 = dict(
     kernel_size=3, offsets='fixed', solver='svd', pseudo_input='pos_embed', pos_embed_scale=18.0, vproj='mimetic')
 
 
+def _no_position_table(geometry: Dict[str, Any], mimetic: str) -> str:
+    """ The refusal of a model without model.pos_embed: what position signal it has instead. """
+    model = geometry.get('model', 'this model')
+    position, tables = geometry.get('position_terms'), geometry.get('pos_tables')
+    if position:
+        what = f"{model}'s only position signal is {position}"
+    elif tables:
+        what = (f"{model}'s position tables ({', '.join(tables[:3])}) are not one table of a ViT's patch grid at "
+                f"model.pos_embed, and it has no relative position bias table")
+    else:
+        what = f'{model} has neither: no model.pos_embed and no relative position bias table'
+    return ("impulse init needs a position signal it can write each head's offset with: an absolute position table "
+            "(model.pos_embed) to solve Q/K on, or a relative position bias table indexed by signed offsets; "
+            f"{what}; valid: {mimetic}, or a model with either")
+
+
 def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
     """ ValueError, before any work, when the init cannot apply to a model of this geometry (`model_geometry`). The
     Q/K solve writes, per head, softmax(s x W_q W_k^T x^T) over the tokens of one patch grid carrying an absolute
@@ -138,18 +146,7 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
             f"valid: models without rotary embedding (timm VisionTransformer: vit_*, deit_*), or struct_init "
             f"'mimetic'")
     if not geometry.get('has_pos_embed', True):
-        wanted = ("impulse init needs a position signal it can write each head's offset with: an absolute position "
-                  "table (model.pos_embed) to solve Q/K on, or a relative position bias table indexed by signed "
-                  "offsets")
-        position, tables = geometry.get('position_terms'), geometry.get('pos_tables')
-        if position:
-            what = f"{model}'s only position signal is {position}"
-        elif tables:
-            what = (f"{model}'s position tables ({', '.join(tables[:3])}) are not one table of a ViT's patch grid at "
-                    f"model.pos_embed, and it has no relative position bias table")
-        else:
-            what = f'{model} has neither: no model.pos_embed and no relative position bias table'
-        raise ValueError(f'{wanted}; {what}; valid: {mimetic}, or a model with either')
+        raise ValueError(_no_position_table(geometry, mimetic))
     shapes = geometry.get('shapes') or []
     if len(shapes) > 1:
         raise ValueError(f"impulse init solves Q/K on one patch grid of one width (a ViT's), but {model}'s "
@@ -190,92 +187,6 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
     check_solve_budget(cfg, geometry)
 
 
-def content_dims(model: nn.Module) -> Optional[int]:
-    """ How many directions patch content can give a token before LayerNorm (the rank of `_content_basis`), or None
-    for a model without a linear patch embedding. """
-    proj = getattr(getattr(model, 'patch_embed', None), 'proj', None)
-    if not isinstance(getattr(proj, 'weight', None), torch.Tensor) or proj.weight.is_meta:
-        return None
-    return int(_content_basis(model).shape[1])
-
-
-def _learned_table(model: nn.Module) -> bool:
-    """ The model's position table is a learned one (not the fixed sin-cos table of this package's models). """
-    return isinstance(getattr(model, 'pos_embed', None), torch.Tensor) and not getattr(model, 'sincos_pos_embed', False)
-
-
-def _patch_rows(model: nn.Module) -> int:
-    """ Index of the first patch row of model.pos_embed: class / register rows come first unless no_embed_class. """
-    table = model.pos_embed
-    prefix = int(getattr(model, 'num_prefix_tokens', 0))
-    if getattr(model, 'no_embed_class', False) or table.shape[1] == model.patch_embed.num_patches:
-        return 0
-    return prefix
-
-
-@torch.no_grad()
-def write_sincos_table_(model: nn.Module, scale: float) -> None:
-    """ Put the grid's 2D sin-cos table, times `scale`, into the patch rows of a learned position table (the table the
-    2024 solve assumes, which its paper's ViT carries); the class and register rows stay the model's. The table stays
-    a learned parameter: it starts at sin-cos and trains as before. """
-    grid = tuple(model.patch_embed.grid_size)
-    table = sincos_pos_embed(grid, model.pos_embed.shape[-1], dtype=torch.float64)[0] * scale
-    first = _patch_rows(model)
-    model.pos_embed[0, first:first + table.shape[0]] = table.to(model.pos_embed)
-    model.pos_embed_scale = float(scale)
-
-
-def _position_table(model: nn.Module, embed_dim: int, cfg: ImpulseCfg) -> torch.Tensor:
-    """ (N, D) position signal of the patch tokens before LayerNorm: the grid's sin-cos table in float64, unscaled
-    (`pseudo_input='sincos'`; LayerNorm removes the scale), or the model's own patch position embedding as it is
-    now (`'pos_embed'`, float32). """
-    if cfg.pseudo_input == 'sincos':
-        return sincos_pos_embed(tuple(model.patch_embed.grid_size), embed_dim, dtype=torch.float64)[0]
-    table = model.pos_embed.detach().cpu().float()[0]  # the init computes on the CPU wherever the model lives
-    first = _patch_rows(model)
-    return table[first:first + model.patch_embed.num_patches]
-
-
-def _prefix_rows(model: nn.Module, cfg: ImpulseCfg) -> torch.Tensor:
-    """ (P, D) what the model's prefix tokens (class, register) carry into the first block on a blank image, before
-    LayerNorm: their learned token plus their row of the position table. (0, D) when the solve leaves them out:
-    without prefix tokens, and for the 2025 closed form, whose authors' code drops the class token's row. """
-    dim = model.pos_embed.shape[-1]
-    if cfg.solver == 'svd':
-        return torch.zeros(0, dim)
-    tokens = [t.detach().cpu().float().reshape(-1, dim) for t in
-              (getattr(model, 'cls_token', None), getattr(model, 'reg_token', None)) if isinstance(t, torch.Tensor)]
-    if not tokens:
-        return torch.zeros(0, dim)
-    rows = torch.cat(tokens)
-    if _patch_rows(model):
-        rows = rows + model.pos_embed.detach().cpu().float()[0, :rows.shape[0]]
-    return rows
-
-
-def _content_basis(model: nn.Module) -> torch.Tensor:
-    """ (D, c) orthonormal basis of every direction a patch's content can give a token before LayerNorm: the patch
-    embedding's weight range and bias, and the all-ones direction LayerNorm subtracts. """
-    proj = model.patch_embed.proj
-    weight = proj.weight.detach().cpu().double().flatten(1)  # (D, C * p * p): a conv patch embedding is linear per patch
-    columns = [weight, torch.ones(weight.shape[0], 1, dtype=torch.float64)]
-    if getattr(proj, 'bias', None) is not None:
-        columns.append(proj.bias.detach().cpu().double()[:, None])
-    u, s, _ = torch.linalg.svd(torch.cat(columns, 1), full_matrices=False)
-    return u[:, s > 1e-6 * s[0]]
-
-
-def _token_table(model: nn.Module, embed_dim: int, cfg: ImpulseCfg) -> Tuple[torch.Tensor, int]:
-    """ (P + N, D) the tokens the solve sees before LayerNorm (prefix rows first, then the patch grid's position
-    table), with the content directions projected out for `content='orthogonal'`, and P. """
-    prefix = _prefix_rows(model, cfg)
-    table = torch.cat([prefix.to(torch.float64), _position_table(model, embed_dim, cfg).double()])
-    if cfg.content == 'orthogonal':
-        basis = _content_basis(model)
-        table = table - (table @ basis) @ basis.T
-    return table, prefix.shape[0]
-
-
 def impulse_pseudo_input(model: nn.Module, embed_dim: int, cfg: Any = None, prefix: bool = False) -> torch.Tensor:
     """ (N, D) pseudo input an impulse init solves on (its first layer's, with `layer_inputs='propagated'`):
     LayerNorm (no affine) of the position table of `cfg` (an `ImpulseCfg` or its dict; None: the 2024 default),
@@ -284,11 +195,7 @@ def impulse_pseudo_input(model: nn.Module, embed_dim: int, cfg: Any = None, pref
     if cfg is None or isinstance(cfg, dict):
         names = ImpulseCfg.__dataclass_fields__
         cfg = ImpulseCfg(**{k: v for k, v in (cfg or {}).items() if k in names})
-    table, count = _token_table(model, embed_dim, cfg)
-    if not prefix:
-        table = table[count:]
-    # in float64: the float32 result is then the same bits whatever kernels (vector widths) computed the statistics
-    return F.layer_norm(table, (embed_dim,), eps=1e-5).float()
+    return layer_normed(model, embed_dim, cfg, prefix)
 
 
 def _on_cpu(module: nn.Module) -> nn.Module:
@@ -350,46 +257,13 @@ def _propagated_solve(model: nn.Module, layouts: List[AttentionLayout], x: torch
     return {k: torch.cat([p[k] for p in parts]) for k in ('objective', 'hit_rate', 'target_mass')}
 
 
-# the share of a head's queries (mean over the first attention's heads) whose largest attention is on the target, in
-# the model's own forward on position alone, below which an impulse init does not hold and is undone. Chance is about
-# 1 / N; a model that carries the table its solve assumed reproduces the solve's own share exactly (1.0 for ViT-T and
-# wider, 0.39 for the narrowest registered fixture, width 32 with 2 heads on 16 x 16 tokens), and one that does not
-# (a learned table under the sin-cos solve, before this check) gave 0-5%. docs/zoo.md has what each family reaches.
-HOLDS_AT = 0.25
-
-
-def measured_hits(model: nn.Module, layouts: List[AttentionLayout], offsets: List[List[Tuple[int, int]]],
-                  grid: Tuple[int, int], border: str) -> Dict[str, List[List[float]]]:
-    """ Per layer and head, the share of patch queries whose largest attention (over every key, prefix ones too) is
-    the head's target, and the mean attention on it, in the model's own forward pass on position alone. """
-    maps = captured_maps(model, [a.module for a in layouts], blank_image(model), position_only=True)
-    prefix = int(getattr(model, 'num_prefix_tokens', 0))
-    out: Dict[str, List[List[float]]] = {'hit_rate': [], 'target_mass': []}
-    for layer_maps, layer_offsets in zip(maps, offsets):
-        if not layer_maps:
-            raise ValueError('the attention computed no map in the forward pass (a model that skips a block?)')
-        targets = torch.stack([impulse_target(grid, tuple(o), border) for o in layer_offsets])
-        stats = impulse_hits(layer_maps[0].cpu(), targets, prefix)
-        for key in out:
-            out[key].append([round(float(v), 6) for v in stats[key]])
-    return out
-
-
-def _check_holds(model: nn.Module, cfg: ImpulseCfg, measured: Dict[str, List[List[float]]], tokens: int) -> None:
-    first = measured['hit_rate'][0]
-    share = sum(first) / len(first)
-    if share >= HOLDS_AT:
-        return
+def _hint(cfg: ImpulseCfg) -> str:
+    """ What to try when the init does not hold. """
     if cfg.content == 'orthogonal':
-        hint = "content='ignore'"
-    elif cfg.pseudo_input == 'pos_embed':
-        hint = "a larger pos_embed_scale (impulse2025 uses 18)"
-    else:
-        hint = "struct_init 'impulse2025' (its closed form writes sharper maps)"
-    raise ValueError(
-        f"impulse init does not hold in {type(model).__name__}'s own forward pass: on position alone the heads of its "
-        f"first attention peak on their offsets for {share:.0%} of the queries (chance about {1 / tokens:.1%}, "
-        f"needed {HOLDS_AT:.0%}); the model is left as it was; try {hint}")
+        return "content='ignore'"
+    if cfg.pseudo_input == 'pos_embed':
+        return "a larger pos_embed_scale (impulse2025 uses 18)"
+    return "struct_init 'impulse2025' (its closed form writes sharper maps)"
 
 
 @torch.no_grad()
@@ -404,7 +278,7 @@ def impulse_init_(model: nn.Module, layouts: List[AttentionLayout], cfg: Impulse
     table_rule = 'the model\'s own table'
     if cfg.pos_embed_scale != getattr(model, 'pos_embed_scale', 1.0):
         set_pos_embed_scale_(model, cfg.pos_embed_scale)  # the model keeps the scaled table (the 2025 authors' code)
-    if cfg.pseudo_input == 'sincos' and _learned_table(model):
+    if cfg.pseudo_input == 'sincos' and learned_table(model):
         write_sincos_table_(model, cfg.pos_embed_scale)
         table_rule = 'the sin-cos table the solve assumes, written into the model\'s learned table'
 
@@ -432,7 +306,7 @@ def impulse_init_(model: nn.Module, layouts: List[AttentionLayout], cfg: Impulse
         return [rows[0 if cfg.share_layers else i] for i in range(len(layouts))]
     layer_offsets = [[list(o) for o in offsets[0 if cfg.share_layers else i]] for i in range(len(layouts))]
     measured = measured_hits(model, layouts, layer_offsets, grid, cfg.border)
-    _check_holds(model, cfg, measured, prefix + grid[0] * grid[1])
+    check_holds(model, measured, prefix + grid[0] * grid[1], _hint(cfg))
     return {
         'solver': cfg.solver,
         'offsets': layer_offsets,
@@ -446,8 +320,3 @@ def impulse_init_(model: nn.Module, layouts: List[AttentionLayout], cfg: Impulse
         'grid_size': list(grid),
         'position_table': table_rule,
     }
-
-
-MEASURED_ON = ("the model's own forward pass in eval mode on position alone (the patch embedding's output set to zero: "
-               "each token carries its position table, each prefix token its own value): per head, the share of patch "
-               "queries whose largest attention is on its target, and the mean attention there")

@@ -13,6 +13,7 @@ math stays one set of pure functions over (heads, D, k) tensors.
 
 nn.Linear computes x W^T: the math W (D_in x width) of head j is the transpose of the rows it owns.
 """
+import copy
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
@@ -184,6 +185,19 @@ class PositionBias:
     prefix: int = 0
     heads_first: bool = False
     shared: bool = False
+    owner: Optional[nn.Module] = None   # the module that keeps `index` as its buffer `index_name`
+    index_name: str = ''
+
+    def index_cpu(self) -> Optional[torch.Tensor]:
+        """ The index on the CPU; for a model built on the meta device (no values), the one its owner's own
+        `init_non_persistent_buffers` computes on a CPU copy, or None where the owner cannot. """
+        if not self.index.is_meta:
+            return self.index.cpu()
+        if self.owner is None or not hasattr(self.owner, 'init_non_persistent_buffers'):
+            return None
+        clone = copy.deepcopy(self.owner).to_empty(device='cpu')
+        clone.init_non_persistent_buffers()
+        return getattr(clone, self.index_name).reshape(self.index.shape)
 
     def column(self, head: int) -> torch.Tensor:
         """ Head `head`'s entries, a view of the table. """
