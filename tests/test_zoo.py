@@ -123,3 +123,17 @@ def test_content_orthogonal_with_nothing_left_is_refused_before_any_work():
     with pytest.raises(ValueError, match=r"content='orthogonal' leaves nothing to solve on: .* span 192 of the 192 "):
         timm_structinit.apply_init(model, 'impulse', seed=0, content='orthogonal')
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize('name,kwargs,init,printed', [
+    ('pit_ti_224', [], 'mimetic', '-0.40'),  # W_v W_proj's diagonal: -b2 on every layer of every stage
+    ('beit_base_patch16_224', ['depth=2', 'embed_dim=64', 'num_heads=2', 'img_size=64'], 'impulse2025', '0.516'),
+])
+def test_show_draws_a_timm_model_the_init_reached(name, kwargs, init, printed, tmp_path, capsys):
+    """ `show` on models of the families the inits newly reach: a hierarchical one (its products per head) and one
+    with bias tables (each head's mass on its offset, target_mass 0.5 in the model's own forward pass). """
+    from timm_structinit import cli
+    out = tmp_path / 'layer.png'
+    argv = ['show', name, '--init', init, '--out', str(out)] + (['--model-kwargs', *kwargs] if kwargs else [])
+    assert cli.main(argv) == 0
+    assert printed in capsys.readouterr().out and out.stat().st_size > 5_000

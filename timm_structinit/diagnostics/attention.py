@@ -176,7 +176,7 @@ def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[D
     for layer, attn in enumerate(attns):
         qk = qk_products(attn)
         vp = product_stats(vproj_product(attn))
-        maps = pseudo_input_maps(model, layer) if grid is not None else None
+        maps = pseudo_input_maps(model, layer) if grid is not None and offsets is not None else None
         for head in range(layout_of(attn).heads):
             row = {'layer': layer, 'head': head}
             row.update({f'qk_{k}': v for k, v in product_stats(qk[head]).items()})
@@ -212,6 +212,33 @@ def format_summary(rows: Sequence[Dict[str, Any]]) -> str:
     return '\n'.join(lines)
 
 
+def _has_pseudo_input(model: nn.Module, attn: nn.Module) -> bool:
+    """ The model is a ViT whose tokens carry one position table of this attention's width over its patch grid: the
+    pseudo input (LayerNorm of a table over that grid) means something to its attention. """
+    table = getattr(model, 'pos_embed', None)
+    grid = getattr(getattr(model, 'patch_embed', None), 'grid_size', None)
+    return isinstance(table, torch.Tensor) and table.dim() == 3 and grid is not None and \
+        table.shape[-1] == layout_of(attn).dim_in
+
+
+def _plot_products(model: nn.Module, attn: nn.Module, qk: torch.Tensor, out: Path, title: str) -> Path:
+    """ A layer of a model without one patch grid and table (PiT, Twins, ...): per head W_q W_k^T, and W_v W_proj. """
+    fig = new_figure(figsize=(2.6 * (qk.shape[0] + 1), 2.8))
+    axes = fig.subplots(1, qk.shape[0] + 1, squeeze=False)[0]
+    layout = layout_of(attn)
+    panels = [(qk[h], f'head {h}: W_q W_k^T') for h in range(qk.shape[0])]
+    if layout.square:
+        panels.append((vproj_product(attn), 'W_v W_proj'))
+    for ax, (panel, name) in zip(axes, panels):
+        limit = panel.abs().max().item() or 1.0
+        ax.imshow(panel.numpy(), cmap='RdBu_r', vmin=-limit, vmax=limit)
+        ax.set_title(name, fontsize=9)
+    for ax in axes:
+        ax.set_xticks([]), ax.set_yticks([])
+    fig.suptitle(title, fontsize=10)
+    return save_figure(fig, out, dpi=90)
+
+
 def plot_layer(
         model: nn.Module,
         layer: int,
@@ -225,13 +252,15 @@ def plot_layer(
     W_q W_k^T; plus W_v W_proj. Written to a temporary file, then renamed. """
     attn = find_attention(model)[layer]
     heads = layout_of(attn).heads
+    qk = qk_products(attn)
+    if not _has_pseudo_input(model, attn):  # a hierarchical model: its products alone
+        return _plot_products(model, attn, qk, out, title or f'layer {layer}')
     grid = _grid(model)
     n = grid[0] * grid[1]
     zoom = zoom or min(n, 2 * grid[1] + 2)
     maps = pseudo_input_maps(model, layer)
     real = image_attention_maps(model, layer, images) if images is not None else None
     real_patches = _patch_block(real, model, n) if real is not None else None
-    qk = qk_products(attn)
     columns = ['pseudo input', f'zoom {zoom}x{zoom}', 'centre query'] + (
         ['real images', 'real zoom'] if real is not None else []) + ['W_q W_k^T']
     fig = new_figure(figsize=(2.6 * len(columns), 2.6 * (heads + 1)))

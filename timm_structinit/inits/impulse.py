@@ -214,8 +214,11 @@ def _row_space_only(x: torch.Tensor, *weights: torch.Tensor) -> Tuple[torch.Tens
 
 
 def _solve(x: torch.Tensor, targets: torch.Tensor, head_dim: int, heads: int, cfg: ImpulseCfg,
-           generator: torch.Generator):
-    wq, wk, info = SOLVERS[cfg.solver](x, targets, head_dim, heads, generator, **cfg.solver_options())
+           generator: torch.Generator, prefix: int = 0):
+    options = cfg.solver_options()
+    if prefix and cfg.solver == 'fast':  # the row space of the grid's rows, the prefix rows' own directions beside
+        options['prefix'] = prefix
+    wq, wk, info = SOLVERS[cfg.solver](x, targets, head_dim, heads, generator, **options)
     if cfg.content == 'orthogonal':
         wq, wk = _row_space_only(x, wq, wk)
     return wq, wk, info
@@ -246,7 +249,7 @@ def _propagated_solve(model: nn.Module, layouts: List[AttentionLayout], x: torch
     stream, parts = stream.unsqueeze(0), []
     for i, (block, layout, layer_targets) in enumerate(zip(blocks, layouts, targets.split(heads))):
         layer_x = x if i == 0 else _on_cpu(block.norm1)(stream)[0].float()
-        wq, wk, info = _solve(layer_x, layer_targets, head_dim, heads, cfg, generator)
+        wq, wk, info = _solve(layer_x, layer_targets, head_dim, heads, cfg, generator, prefix)
         layout.write_qk_(wq, wk)
         layout.zero_bias_(qk=True, vproj=False)
         parts.append(info)
@@ -293,7 +296,7 @@ def impulse_init_(model: nn.Module, layouts: List[AttentionLayout], cfg: Impulse
             mimetic_vproj_init_(layouts, MimeticCfg(), generator)
         info = _propagated_solve(model, layouts, x, targets, cfg, generator)
     else:
-        wq, wk, info = _solve(x, targets, head_dim, heads, cfg, generator)
+        wq, wk, info = _solve(x, targets, head_dim, heads, cfg, generator, prefix)
         wq, wk = wq.view(solved_layers, heads, dim, head_dim), wk.view(solved_layers, heads, dim, head_dim)
         for i, layout in enumerate(layouts):
             layout.write_qk_(wq[0 if cfg.share_layers else i], wk[0 if cfg.share_layers else i])

@@ -47,12 +47,14 @@ def _patch_rows(model: nn.Module) -> int:
 
 @torch.no_grad()
 def write_sincos_table_(model: nn.Module, scale: float) -> None:
-    """ Put the grid's 2D sin-cos table, times `scale`, into the patch rows of a learned position table (the table the
-    2024 solve assumes, which its paper's ViT carries); the class and register rows stay the model's. The table stays
-    a learned parameter: it starts at sin-cos and trains as before. """
+    """ Put the grid's 2D sin-cos table, times `scale`, into a learned position table: the table the 2024 solve
+    assumes, which its paper's ViT carries, with zero rows for the class and register tokens (as this package's
+    fixed tables and MAE's: a prefix token carries no position). The table stays a learned parameter: it starts at
+    sin-cos and trains as before. """
     grid = tuple(model.patch_embed.grid_size)
     table = sincos_pos_embed(grid, model.pos_embed.shape[-1], dtype=torch.float64)[0] * scale
     first = _patch_rows(model)
+    model.pos_embed[0, :first] = 0
     model.pos_embed[0, first:first + table.shape[0]] = table.to(model.pos_embed)
     model.pos_embed_scale = float(scale)
 
