@@ -50,9 +50,10 @@ FAMILIES = {'vit': 'ViT-style', 'swin': 'Swin Transformer', 'relpos': 'relative 
 
 @dataclass(frozen=True)
 class FamilyInit:
-    """ An init's version for another model family: its hyperparameters and `apply(model, cfg, generator)`. """
+    """ An init's version for another model family: its hyperparameters and `apply(model, cfg, generator)` (for
+    'relpos', `apply(model, attns, cfg, generator)`, the model's `AttentionLayout`s given as for the ViT path). """
     cfg_cls: type
-    apply: Callable[[nn.Module, Any, torch.Generator], Dict[str, Any]]
+    apply: Callable[..., Dict[str, Any]]
     preset: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -60,7 +61,7 @@ class FamilyInit:
 class StructInit:
     name: str
     cfg_cls: type
-    apply: Callable[[nn.Module, List[nn.Module], Any, torch.Generator], Dict[str, Any]]
+    apply: Callable[[nn.Module, List[AttentionLayout], Any, torch.Generator], Dict[str, Any]]
     preset: Dict[str, Any] = field(default_factory=dict)
     description: str = ''
     # check_model(cfg, geometry) raises ValueError when the init cannot apply to a model of that shape;
