@@ -48,6 +48,7 @@ _RESULT_OPTIONAL = {
     'train_loss': ('a list of numbers', _list_of(_number)), 'resumed': ('true or false', lambda v: isinstance(v, bool)),
     'parts': ('an integer', _integer), 'device': ('a string', _string), 'torch': ('a string', _string),
     'timm': ('a string', _string), 'python': ('a string', _string),
+    'threads': ('a list of thread counts', _list_of(lambda v: _integer(v) and v >= 1)),
 }
 _SETTINGS_KEYS = {
     'model': ('a string', _string), 'model_kwargs': ('a mapping', lambda v: isinstance(v, dict)),
@@ -58,6 +59,7 @@ _SETTINGS_OPTIONAL = {
     'test_split': ('a mapping', lambda v: isinstance(v, dict) and all(_number(v.get(k)) for k in
                                                                        ('images', 'classes', 'chance', 'majority'))),
     'model_built': ('a string', _string),
+    'train_subset': ('a number of images', lambda v: _integer(v) and v >= 1),
     'estimated_seconds': ('a mapping of arms to seconds', lambda v: isinstance(v, dict) and all(
         _number(x) for x in v.values())),
 }
