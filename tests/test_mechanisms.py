@@ -299,7 +299,7 @@ def test_command_line_keys_that_are_not_names_are_refused(command, value, tmp_pa
      'VisionTransformer has neither: no model.pos_embed and no relative position bias table'),
     ('samvit_base_patch16', dict(depth=1, embed_dim=32, num_heads=2, img_size=64, window_size=2), 'impulse',
      'windows of 2 x 2 tokens (window_size=2)'),
-    ('levit_128s', dict(img_size=64), 'impulse', 'indexed by |dy|, |dx|'),
+    ('levit_128s', dict(img_size=64, depth=(1, 1, 1)), 'impulse', 'indexed by |dy|, |dx|'),
     ('gmixer_12_224', dict(img_size=64), 'impulse', 'not a plain fc1-act-fc2 MLP'),
 ])
 def test_an_init_on_a_family_it_does_not_fit_is_refused(name, kwargs, init, named):

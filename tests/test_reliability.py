@@ -131,14 +131,18 @@ def test_adam_solver_from_apply_init_under_no_grad():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize('name,init,words', [
-    *[('coat_lite_tiny', init, ['CoaT has attention an init cannot write', 'factorized attention'])
+COAT = dict(serial_depths=(1, 1, 1, 1), img_size=64)
+SWINV2 = dict(img_size=64, patch_size=4, window_size=4, embed_dim=24, depths=(2, 2), num_heads=(3, 6))
+
+
+@pytest.mark.parametrize('name,kwargs,init,words', [
+    *[('coat_lite_tiny', COAT, init, ['CoaT has attention an init cannot write', 'factorized attention'])
       for init in timm_structinit.list_inits()],
-    *[('swinv2_tiny_window8_256', init, ["SwinTransformerV2's only position signal", 'computed by an MLP'])
+    *[('swinv2_tiny_window8_256', SWINV2, init, ["SwinTransformerV2's only position signal", 'computed by an MLP'])
       for init in ('impulse', 'impulse2025')],
 ])
-def test_unsupported_model_is_refused_and_unchanged(name, init, words):
-    model = timm.create_model(name, pretrained=False)
+def test_unsupported_model_is_refused_and_unchanged(name, kwargs, init, words):
+    model = timm.create_model(name, pretrained=False, **kwargs)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(ValueError) as err:
         timm_structinit.apply_init(model, init, seed=0)
