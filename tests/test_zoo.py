@@ -12,7 +12,7 @@ import timm_structinit
 
 from timm_structinit.inits.heads import NoAttentionError, attention_refusals, model_layouts
 from timm_structinit.inits.timm_attention import NOT_TOKEN_ATTENTION, POOLING_HEADS, READERS, REFUSED
-from zoo import NO_ATTENTION, ZOO, model_cell, outcomes, parse_table, timm_families
+from zoo import NO_ATTENTION, ZOO, model_cell, outcome, outcomes, parse_table, timm_families
 
 DOCS = Path(__file__).resolve().parents[1] / 'docs' / 'zoo.md'
 
@@ -117,6 +117,44 @@ def test_a_learned_table_vit_holds_on_a_blank_image():
         on_grid = [(r, c) for r in range(6) for c in range(6) if 0 <= r + dy < 6 and 0 <= c + dx < 6]
         assert all(int(argmax[r * 6 + c]) == (r + dy) * 6 + c + dx for r, c in on_grid), head
     assert record['hit_rate'][0] == [1.0] * 3 and 'position alone' in record['measured_on']
+
+
+# every hyperparameter of the impulse inits away from its preset, on timm's own models: a learned-table ViT with a
+# class token (DeiT, patch 16: its patch values span the width), one whose width leaves room beside the patch values
+# (content='orthogonal' has something to solve on), BEiT's bias tables and Swin's
+DEIT = ('deit_tiny_patch16_224', dict(depth=2, img_size=64))
+ROOMY = ('vit_tiny_patch16_224', dict(depth=2, img_size=32, patch_size=4, embed_dim=64, num_heads=2))
+SOLVED_QK_SETTINGS = [
+    dict(kernel_size=5), dict(offsets='random'), dict(offsets='fixed'), dict(border='circular'), dict(share_layers=True),
+    dict(solver='svd'), dict(solver='adam', adam_iters=1), dict(solver='adam', adam_iters=60, adam_lr=1e-2),
+    dict(pseudo_input='pos_embed'), dict(pos_embed_scale=0.01), dict(pos_embed_scale=20.0), dict(vproj='mimetic'),
+    dict(content='orthogonal'), dict(layer_inputs='propagated'), dict(svd_rtol=0.9), dict(noise_std=0.0),
+    dict(target_scale=1.0), dict(fast_iters=1), dict(reuse_solutions=False), dict(warm_start=0.0),
+    dict(factor_norm=0.1)]
+BIAS_TABLE_SETTINGS = [dict(kernel_size=5), dict(offsets='random'), dict(offsets='fixed'), dict(vproj='mimetic')]
+FAST_SETTINGS = [(*ROOMY, 'impulse', dict(content='orthogonal')), (*DEIT, 'impulse2025', dict(noise_std=0.0))]
+
+
+def _settings():
+    for init in ('impulse', 'impulse2025'):
+        for build in (DEIT, ROOMY):
+            for setting in SOLVED_QK_SETTINGS:
+                yield (*build, init, setting)
+        for build in (ZOO['beit'][0][:2], ZOO['swin_transformer'][0][:2]):
+            for setting in BIAS_TABLE_SETTINGS:
+                yield (*build, init, setting)
+
+
+@pytest.mark.parametrize('name,kwargs,init,setting', [
+    pytest.param(*case, marks=[] if case in FAST_SETTINGS else [pytest.mark.slow],
+                 id=f"{case[0].split('_')[0]}-{case[2]}-" + '-'.join(f'{k}={v}' for k, v in case[3].items()))
+    for case in _settings()])
+def test_every_impulse_setting_holds_or_is_refused_untouched(name, kwargs, init, setting):
+    """ An impulse init away from its preset either holds in the model's own forward pass (the test's own reading of
+    the maps on position alone) or is refused in one line with the model as it was: never applied without holding,
+    never a traceback (noise_std=0 divided by zero in the 2025 closed form's noise draw). """
+    torch.set_num_threads(1)
+    assert outcome(name, kwargs, init, init_kwargs=setting)['outcome'] in ('holds', 'refused')
 
 
 def test_content_orthogonal_with_nothing_left_is_refused_before_any_work():

@@ -339,9 +339,10 @@ def _images(model: nn.Module, batch: int = 2, seed: int = 0) -> torch.Tensor:
     return torch.randn(batch, *size, generator=torch.Generator().manual_seed(seed))
 
 
-def outcome(name: str, kwargs: dict, init: str, seed: int = 0, model: Optional[nn.Module] = None) -> Dict[str, str]:
-    """ Build `name` (timm's init, torch seed 0), apply `init`, and say what happened: {'outcome': 'holds' or
-    'refused', 'detail': the measure or the message}. Raises AssertionError where the init applied without holding
+def outcome(name: str, kwargs: dict, init: str, seed: int = 0, model: Optional[nn.Module] = None,
+            init_kwargs: Optional[dict] = None) -> Dict[str, str]:
+    """ Build `name` (timm's init, torch seed 0), apply `init` (with `init_kwargs`, its hyperparameters), and say what
+    happened: {'outcome': 'holds' or 'refused', 'detail': the measure or the message}. Raises AssertionError where the init applied without holding
     or a refusal touched the model, and lets any other error through. """
     import timm
     import timm_structinit
@@ -350,7 +351,7 @@ def outcome(name: str, kwargs: dict, init: str, seed: int = 0, model: Optional[n
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     before_read = {name: tuple(t.clone() for t in w) for name, _, w in read_all(model)}
     try:
-        record = timm_structinit.apply_init(model, init, seed=seed)
+        record = timm_structinit.apply_init(model, init, seed=seed, **(init_kwargs or {}))
     except ValueError as error:
         text = str(error)
         assert '\n' not in text and text, text
