@@ -125,11 +125,11 @@ MUTATIONS = [
          "'objective': (square - mass + count) / (n * n)"),),
         IMPULSE_TESTS),
     Mutation('pseudo-input-no-layernorm', "the pseudo input is the raw position table, without LayerNorm", (
-        ('inits/impulse.py', "    return F.layer_norm(table, (embed_dim,), eps=1e-5).float()\n",
+        ('inits/impulse_inputs.py', "    return F.layer_norm(table, (embed_dim,), eps=1e-5).float()\n",
          "    return table.float()\n"),),
         IMPULSE_TESTS),
     Mutation('pseudo-input-prefix-row', "the pseudo input drops the last row instead of the class token's", (
-        ('inits/impulse.py', "    return table[first:first + model.patch_embed.num_patches]",
+        ('inits/impulse_inputs.py', "    return table[first:first + model.patch_embed.num_patches]",
          "    return table[:model.patch_embed.num_patches]"),),
         IMPULSE_TESTS),
     Mutation('target-reversed', "impulse target sends query (r, c) to (r - dy, c - dx)", (
@@ -168,11 +168,11 @@ MUTATIONS = [
         ('tests/test_zoo.py', '-k', 'deit or blank')),
     Mutation('prefix-tokens-unsolved', "the capped solve leaves the class token out (it then draws the largest "
              "attention of many queries)", (
-        ('inits/impulse.py', "    if cfg.solver == 'svd':\n        return torch.zeros(0, dim)",
+        ('inits/impulse_inputs.py', "    if cfg.solver == 'svd':\n        return torch.zeros(0, dim)",
          "    if True:\n        return torch.zeros(0, dim)"),),
         ('tests/test_zoo.py', '-k', 'blank')),
     Mutation('levit-rows-in-blocks', "LeViT's per-head [q k v] rows read as [q | k | v] blocks", (
-        ('inits/timm_attention.py',
+        ('inits/timm_layouts.py',
          "    return _blocks(attn, attn.qkv, attn.proj.ln, attn.num_heads, attn.key_dim, attn.val_dim, per_head=True,",
          "    return _blocks(attn, attn.qkv, attn.proj.ln, attn.num_heads, attn.key_dim, attn.val_dim, per_head=False,"),),
         ('tests/test_zoo.py', '-k', 'levit')),
