@@ -384,7 +384,8 @@ FAMILIES = [
     ('vit_small_patch2_32_mimetic', dict(TINY, struct_init_kwargs={'qk': False})),
     (IMPULSE, TINY),
     ('vit_tiny_patch2_32_impulse5', dict(TINY, patch_size=4)),
-    (IMPULSE, dict(TINY, embed_dim=64, patch_size=2,
+    # content='orthogonal' at width 128 beside a patch's 12 values: at 64 the 2024 solve holds for some seeds only
+    (IMPULSE, dict(TINY, embed_dim=128, patch_size=2,
                    struct_init_kwargs={'content': 'orthogonal', 'layer_inputs': 'propagated', 'svd_rtol': 0.05})),
     ('vit_tiny_patch2_32', dict(TINY, struct_init='impulse2025')),
     ('vit_tiny_patch16_224_mimetic', dict(embed_dim=32, depth=1, num_heads=2)),
