@@ -36,8 +36,8 @@ FAMILY_BASES = {
 # timm's own models whose attention layouts the inits read otherwise (several widths, per-head rows, BatchNorm
 # folded, a value space narrower than the width, a class token in the capped impulse solve)
 TIMM_BUILDS = [
-    ('pit_ti_224', dict(img_size=64), 'mimetic'),
-    ('levit_128s', dict(img_size=64), 'mimetic'),
+    ('pit_ti_224', dict(img_size=64, depth=(1, 1, 1)), 'mimetic'),
+    ('levit_128s', dict(img_size=64, depth=(1, 1, 1)), 'mimetic'),
     ('deit_tiny_patch16_224', dict(depth=2, img_size=64), 'impulse'),
 ]
 
