@@ -125,7 +125,8 @@ def test_a_learned_table_vit_holds_on_a_blank_image():
 DEIT = ('deit_tiny_patch16_224', dict(depth=2, img_size=64))
 ROOMY = ('vit_tiny_patch16_224', dict(depth=2, img_size=32, patch_size=4, embed_dim=64, num_heads=2))
 SOLVED_QK_SETTINGS = [
-    dict(kernel_size=5), dict(offsets='random'), dict(offsets='fixed'), dict(border='circular'), dict(share_layers=True),
+    dict(kernel_size=5), dict(offsets='random'), dict(offsets='fixed'), dict(border='circular'),
+    dict(share_layers=True),
     dict(solver='svd'), dict(solver='adam', adam_iters=1), dict(solver='adam', adam_iters=60, adam_lr=1e-2),
     dict(pseudo_input='pos_embed'), dict(pos_embed_scale=0.01), dict(pos_embed_scale=20.0), dict(vproj='mimetic'),
     dict(content='orthogonal'), dict(layer_inputs='propagated'), dict(svd_rtol=0.9), dict(noise_std=0.0),

@@ -342,8 +342,8 @@ def _images(model: nn.Module, batch: int = 2, seed: int = 0) -> torch.Tensor:
 def outcome(name: str, kwargs: dict, init: str, seed: int = 0, model: Optional[nn.Module] = None,
             init_kwargs: Optional[dict] = None) -> Dict[str, str]:
     """ Build `name` (timm's init, torch seed 0), apply `init` (with `init_kwargs`, its hyperparameters), and say what
-    happened: {'outcome': 'holds' or 'refused', 'detail': the measure or the message}. Raises AssertionError where the init applied without holding
-    or a refusal touched the model, and lets any other error through. """
+    happened: {'outcome': 'holds' or 'refused', 'detail': the measure or the message}. Raises AssertionError where
+    the init applied without holding or a refusal touched the model, and lets any other error through. """
     import timm
     import timm_structinit
     torch.manual_seed(0)
