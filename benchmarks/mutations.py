@@ -91,17 +91,15 @@ MUTATIONS = [
         ('inits/mimetic.py', 'vproj_sign: int = field(default=-1', 'vproj_sign: int = field(default=1'),),
         MIMETIC_TESTS),
     Mutation('vproj-untransposed', "V and proj written untransposed (the 2024 authors' baseline: product (R L)^T)", (
-        ('inits/heads.py', 'attn.qkv.weight[2 * dim:].copy_(wv.T)', 'attn.qkv.weight[2 * dim:].copy_(wv)'),
-        ('inits/heads.py', 'attn.proj.weight.copy_(wproj.T)', 'attn.proj.weight.copy_(wproj)')),
+        ('inits/mimetic.py', '            layout.write_vproj_(wv[i], wproj[i])\n',
+         '            layout.write_vproj_(wv[i].mT, wproj[i].mT)\n'),),
         MIMETIC_TESTS),
     Mutation('mimetic-bias-kept', "mimetic leaves the qkv and proj biases as they were", (
-        ('inits/mimetic.py', '        zero_attention_bias_(attn, qk=True, vproj=cfg.vproj)\n', ''),),
+        ('inits/mimetic.py', '        layout.zero_bias_(qk=True, vproj=vproj)\n', ''),),
         MIMETIC_TESTS),
     Mutation('qk-rows-swapped', "Q and K rows swapped consistently where the package reads and writes them", (
-        ('inits/heads.py', '    wq = w[:dim].reshape(heads, k, dim).transpose(1, 2)\n    wk = w[dim:2 * dim]',
-         '    wq = w[dim:2 * dim].reshape(heads, k, dim).transpose(1, 2)\n    wk = w[:dim]'),
-        ('inits/heads.py', '    w[:dim].copy_(wq.transpose(1, 2).reshape(dim, dim))\n    w[dim:2 * dim].copy_(wk',
-         '    w[dim:2 * dim].copy_(wq.transpose(1, 2).reshape(dim, dim))\n    w[:dim].copy_(wk')),
+        ('inits/layouts.py', '    return (head_rows(heads, qk_dim), head_rows(heads, qk_dim, heads * qk_dim),',
+         '    return (head_rows(heads, qk_dim, heads * qk_dim), head_rows(heads, qk_dim),'),),
         BOTH_TESTS),
     Mutation('no-logit-scale', "impulse maps solved and recorded without timm's 1/sqrt(head_dim) logit scale", (
         ('inits/impulse_maps.py', 'scale = wq.shape[-1] ** -0.5\n', 'scale = 1.0\n'),
@@ -111,27 +109,28 @@ MUTATIONS = [
          '_capped_value_and_grad(self.y, targets, 1.0)')),
         IMPULSE_TESTS),
     Mutation('impulse-not-written', "the solved impulse Q/K are never written to the model", (
-        ('inits/impulse.py', '            write_qk_(attn, wq[src].to(dtype), wk[src].to(dtype))\n', ''),),
+        ('inits/impulse.py',
+         '            layout.write_qk_(wq[0 if cfg.share_layers else i], wk[0 if cfg.share_layers else i])\n', ''),),
         IMPULSE_TESTS),
-    Mutation('record-hit-rate-1', "the record's hit_rate forced to 1", (
-        ('inits/impulse.py', "'hit_rate': per_layer(info['hit_rate'])",
-         "'hit_rate': per_layer(torch.ones_like(info['hit_rate']))"),),
+    Mutation('record-hit-rate-1', "the record's hit_rate (measured in the model's forward) forced to 1", (
+        ('inits/model_maps.py', "'hit_rate': hit.sum((0, 2)).float() / count",
+         "'hit_rate': torch.ones(hit.shape[1])"),),
         IMPULSE_TESTS),
-    Mutation('record-target-mass-x2', "the record's target_mass doubled", (
-        ('inits/impulse.py', "'target_mass': per_layer(info['target_mass'])",
-         "'target_mass': per_layer(2 * info['target_mass'])"),),
+    Mutation('record-target-mass-x2', "the record's target_mass (measured in the model's forward) doubled", (
+        ('inits/model_maps.py', "'target_mass': mass.sum((0, 2)) / count}",
+         "'target_mass': 2 * mass.sum((0, 2)) / count}"),),
         IMPULSE_TESTS),
     Mutation('record-objective', "the record's objective counts the target term once, not twice (A^2 - A_t + 1)", (
         ('inits/impulse_maps.py', "'objective': (square - 2 * mass + count) / (n * n)",
          "'objective': (square - mass + count) / (n * n)"),),
         IMPULSE_TESTS),
     Mutation('pseudo-input-no-layernorm', "the pseudo input is the raw position table, without LayerNorm", (
-        ('inits/impulse.py', "    return F.layer_norm(table.double(), (embed_dim,), eps=1e-5).float()\n",
+        ('inits/impulse_inputs.py', "    return F.layer_norm(table, (embed_dim,), eps=1e-5).float()\n",
          "    return table.float()\n"),),
         IMPULSE_TESTS),
     Mutation('pseudo-input-prefix-row', "the pseudo input drops the last row instead of the class token's", (
-        ('inits/impulse.py', "table = table[getattr(model, 'num_prefix_tokens', 0):]",
-         "table = table[:table.shape[0] - getattr(model, 'num_prefix_tokens', 0)]"),),
+        ('inits/impulse_inputs.py', "    return table[first:first + model.patch_embed.num_patches]",
+         "    return table[:model.patch_embed.num_patches]"),),
         IMPULSE_TESTS),
     Mutation('target-reversed', "impulse target sends query (r, c) to (r - dy, c - dx)", (
         ('inits/impulse_targets.py', 'key_r, key_c = rows + dy, cols + dx', 'key_r, key_c = rows - dy, cols - dx'),),
@@ -155,10 +154,32 @@ MUTATIONS = [
         IMPULSE_TESTS),
     Mutation('impulse2025-vproj-sign', "impulse2025's mimetic V/proj with +identity", (
         ('inits/impulse.py',
-         "        if cfg.vproj == 'mimetic':\n            mimetic_vproj_init_(attns, MimeticCfg(), generator)\n",
+         "        if cfg.vproj == 'mimetic':\n            mimetic_vproj_init_(layouts, MimeticCfg(), generator)\n",
          "        if cfg.vproj == 'mimetic':\n"
-         "            mimetic_vproj_init_(attns, MimeticCfg(vproj_sign=1), generator)\n"),),
+         "            mimetic_vproj_init_(layouts, MimeticCfg(vproj_sign=1), generator)\n"),),
         IMPULSE_TESTS),
+    Mutation('solve-hit-rate-1', "the solve's own hit_rate in the record forced to 1", (
+        ('inits/impulse.py', "'solve': {'hit_rate': per_layer(info['hit_rate'])",
+         "'solve': {'hit_rate': per_layer(torch.ones_like(info['hit_rate']))"),),
+        IMPULSE_TESTS),
+    Mutation('learned-table-not-written', "the 2024 solve on a learned-table ViT without the sin-cos table it assumes "
+             "written into the model (the maps at chance in the model's own forward)", (
+        ('inits/impulse.py', '        write_sincos_table_(model, cfg.pos_embed_scale)\n', ''),),
+        ('tests/test_zoo.py', '-k', 'deit or blank')),
+    Mutation('prefix-tokens-unsolved', "the capped solve leaves the class token out (it then draws the largest "
+             "attention of many queries)", (
+        ('inits/impulse_inputs.py', "    if cfg.solver == 'svd':\n        return torch.zeros(0, dim)",
+         "    if True:\n        return torch.zeros(0, dim)"),),
+        ('tests/test_zoo.py', '-k', 'blank')),
+    Mutation('levit-rows-in-blocks', "LeViT's per-head [q k v] rows read as [q | k | v] blocks", (
+        ('inits/timm_layouts.py',
+         "    return _blocks(attn, attn.qkv, attn.proj.ln, attn.num_heads, attn.key_dim, attn.val_dim, per_head=True,",
+         "    return _blocks(attn, attn.qkv, attn.proj.ln, attn.num_heads, attn.key_dim, attn.val_dim, per_head=False,"),),
+        ('tests/test_zoo.py', '-k', 'levit')),
+    Mutation('wide-values-zero-padded', "a value space wider than D filled with zero columns instead of an isometry", (
+        ('inits/mimetic.py', '    iso = isometry(left.shape[-1], width)\n',
+         '    iso = torch.eye(left.shape[-1], width, dtype=torch.float64)\n'),),
+        MIMETIC_TESTS),
     Mutation('resume-no-optimizer', "resume never restores the optimizer state", (
         ('train/training_run.py', 'None if args.no_resume_opt else optimizer', 'None'),),
         RESUME_TESTS),

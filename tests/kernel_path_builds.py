@@ -30,8 +30,16 @@ TOLERANCE = 1e-4
 FAMILY_BASES = {
     'vit': ('vit_tiny_patch2_32', dict(embed_dim=32, depth=2, num_heads=2, img_size=32, patch_size=8)),
     'swin': ('swin_tiny_patch2_window4_32', small_args('swin_tiny_patch2_window4_32')),
+    'relpos': ('beit_base_patch16_224', dict(embed_dim=32, depth=2, num_heads=2, img_size=32, patch_size=8)),
     'mixer': ('mixer_s4_32', small_args('mixer_s4_32')),
 }
+# timm's own models whose attention layouts the inits read otherwise (several widths, per-head rows, BatchNorm
+# folded, a value space narrower than the width, a class token in the capped impulse solve)
+TIMM_BUILDS = [
+    ('pit_ti_224', dict(img_size=64, depth=(1, 1, 1)), 'mimetic'),
+    ('levit_128s', dict(img_size=64, depth=(1, 1, 1)), 'mimetic'),
+    ('deit_tiny_patch16_224', dict(depth=2, img_size=64), 'impulse'),
+]
 
 
 def applied_inits():
@@ -59,6 +67,11 @@ def build_every_model(device: str = 'cpu', full: Sequence[str] = ()) -> Dict[str
         model = timm.create_model(base, device=device, **kwargs)
         timm_structinit.apply_init(model, init, seed=0)
         keep(f'{base} + apply_init {init}', model)
+    for name, kwargs, init in TIMM_BUILDS:
+        torch.manual_seed(0)
+        model = timm.create_model(name, device=device, **kwargs)
+        timm_structinit.apply_init(model, init, seed=0)
+        keep(f'{name} + apply_init {init}', model)
     return builds
 
 

@@ -194,6 +194,8 @@ NOT_RUN = (
      'hours of training or a benchmark of the machine; their committed results are in benchmarks/results'),
     (r'benchmarks/mutations\.py', 'runs the init tests once per planted bug (minutes); its committed result is '
                                  'benchmarks/results/mutations.txt'),
+    (r'benchmarks/learned_table_training\.py', "reads the runs of the compare command before it (an hour of "
+                                               "training); its committed result is in benchmarks/results"),
     (r'--device cuda', 'needs a CUDA GPU; benchmarks/gpu/run.sh runs it there'),
     (r'benchmarks/gpu/', 'packs data and trains on a GPU machine (minutes of a GPU); tests/test_compare_inits.py '
                          'checks the protocol'),

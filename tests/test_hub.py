@@ -167,7 +167,8 @@ def test_export_is_reproducible_and_the_card_command_recreates_it(tmp_path, caps
 
 def test_export_impulse_loads_bit_identical(tmp_path):
     knobs = dict(content='orthogonal', layer_inputs='propagated', svd_rtol=0.05, pos_embed_scale=2.0)
-    kwargs = dict(TINY, struct_init_kwargs=knobs)
+    # content='orthogonal' needs a width above the patch's values: 64 against 2 x 2 x 3 (+ the bias and LayerNorm's)
+    kwargs = dict(TINY, embed_dim=64, patch_size=2, struct_init_kwargs=knobs)
     folder = hub.export_model(IMPULSE, tmp_path / 'imp', seed=1, model_kwargs=kwargs)
     torch.manual_seed(1)
     reference = timm.create_model(IMPULSE, struct_init_seed=1, **kwargs)
@@ -383,7 +384,9 @@ FAMILIES = [
     ('vit_small_patch2_32_mimetic', dict(TINY, struct_init_kwargs={'qk': False})),
     (IMPULSE, TINY),
     ('vit_tiny_patch2_32_impulse5', dict(TINY, patch_size=4)),
-    (IMPULSE, dict(TINY, struct_init_kwargs={'content': 'orthogonal', 'layer_inputs': 'propagated', 'svd_rtol': 0.05})),
+    # content='orthogonal' at width 128 beside a patch's 12 values: at 64 the 2024 solve holds for some seeds only
+    (IMPULSE, dict(TINY, embed_dim=128, patch_size=2,
+                   struct_init_kwargs={'content': 'orthogonal', 'layer_inputs': 'propagated', 'svd_rtol': 0.05})),
     ('vit_tiny_patch2_32', dict(TINY, struct_init='impulse2025')),
     ('vit_tiny_patch16_224_mimetic', dict(embed_dim=32, depth=1, num_heads=2)),
     ('vit_base_patch16_224_impulse3', dict(embed_dim=32, depth=1, num_heads=2)),

@@ -293,15 +293,13 @@ def test_command_line_keys_that_are_not_names_are_refused(command, value, tmp_pa
     ('xcit_nano_12_p16_224', dict(depth=1, img_size=32), 'mimetic', 'cross-covariance attention'),
     ('cait_xxs24_224', dict(depth=1, depth_token_only=1, img_size=32), 'mimetic', 'talking-heads attention'),
     ('convit_tiny', dict(depth=2, local_up_to_layer=1, img_size=32), 'mimetic', 'gated positional'),
-    ('beit_base_patch16_224', dict(depth=1, embed_dim=32, num_heads=2, img_size=64), 'impulse',
-     'no absolute position embedding'),
     ('vit_relpos_small_patch16_224', dict(depth=1, embed_dim=32, num_heads=2, img_size=64), 'impulse',
-     'no absolute position embedding'),
+     'computed by an MLP of log coordinates (RelPosMlp)'),
     ('vit_tiny_patch16_224', dict(depth=1, pos_embed='none', img_size=64), 'impulse2025',
-     'no absolute position embedding'),
+     'VisionTransformer has neither: no model.pos_embed and no relative position bias table'),
     ('samvit_base_patch16', dict(depth=1, embed_dim=32, num_heads=2, img_size=64, window_size=2), 'impulse',
-     'attends within windows'),
-    ('vit_tiny_patch16_224', dict(depth=1, scale_attn_norm=True, img_size=64), 'mimetic', "normalizes the heads'"),
+     'windows of 2 x 2 tokens (window_size=2)'),
+    ('levit_128s', dict(img_size=64, depth=(1, 1, 1)), 'impulse', 'indexed by |dy|, |dx|'),
     ('gmixer_12_224', dict(img_size=64), 'impulse', 'not a plain fc1-act-fc2 MLP'),
 ])
 def test_an_init_on_a_family_it_does_not_fit_is_refused(name, kwargs, init, named):
@@ -315,10 +313,13 @@ def test_an_init_on_a_family_it_does_not_fit_is_refused(name, kwargs, init, name
 
 @pytest.mark.parametrize('name,kwargs,init', [
     ('beit_base_patch16_224', dict(depth=1, embed_dim=32, num_heads=2, img_size=64), 'mimetic'),
-    ('beit_base_patch16_224', dict(depth=1, embed_dim=32, num_heads=2, img_size=64, use_abs_pos_emb=True), 'impulse'),
+    ('beit_base_patch16_224', dict(depth=1, embed_dim=32, num_heads=2, img_size=64), 'impulse'),  # bias table
+    ('beit_base_patch16_224', dict(depth=1, embed_dim=32, num_heads=2, img_size=64, use_abs_pos_emb=True,
+                                   use_rel_pos_bias=False), 'impulse'),  # Q/K solved on its table
     ('vit_relpos_small_patch16_224', dict(depth=1, embed_dim=32, num_heads=2, img_size=64), 'mimetic'),
     ('eva02_tiny_patch14_224', dict(depth=1, img_size=56), 'mimetic'),
     ('vit_tiny_patch16_224', dict(depth=1, scale_attn_norm=True, img_size=64), 'impulse'),  # V/proj kept
+    ('vit_tiny_patch16_224', dict(depth=1, scale_attn_norm=True, img_size=64), 'mimetic'),  # the norm recorded
 ])
 def test_the_families_the_docs_list_take_the_init(name, kwargs, init):
     model = timm.create_model(name, **kwargs)
@@ -331,15 +332,16 @@ def test_the_families_the_docs_list_take_the_init(name, kwargs, init):
     assert record['method'] == init
     for attn in model.modules():  # BEiT's and EVA's split biases are part of the map the init writes
         for bias in ('q_bias', 'v_bias'):
-            if isinstance(getattr(attn, bias, None), torch.nn.Parameter) and (init == 'mimetic' or bias == 'q_bias'):
+            solved_qk = bias == 'q_bias' and record.get('family') != 'relpos'  # a bias-table impulse keeps Q/K
+            if isinstance(getattr(attn, bias, None), torch.nn.Parameter) and (init == 'mimetic' or solved_qk):
                 assert not getattr(attn, bias).any(), (name, bias)
 
 
-def test_the_docs_list_each_supported_family():
-    from timm_structinit.inits.fit import ATTENTION_KINDS
-    text = (Path(__file__).resolve().parents[1] / 'docs' / 'inits.md').read_text()
-    for families in set(ATTENTION_KINDS.values()):
-        assert families.split(' (')[0] in text, families
+def test_the_docs_list_each_attention_class_the_inits_read():
+    from timm_structinit.inits.timm_attention import READERS
+    text = (Path(__file__).resolve().parents[1] / 'docs' / 'zoo.md').read_text()
+    for kind in READERS:
+        assert kind.rsplit('.', 2)[-2] in text, kind  # the family's module, a row of the table
 
 
 # --- 7. options accepted but not doing what they say -------------------------------------------------------------

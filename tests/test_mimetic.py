@@ -153,7 +153,7 @@ def test_apply_init_to_a_plain_timm_model():
     (lambda: timm.create_model('vit_tiny_patch2_32_mimetic', struct_init_kwargs=dict(alpha=1.0)),
      ["'alpha'", 'qk_noise']),
     (lambda: timm.create_model('vit_tiny_patch2_32_mimetic', num_heads=5), ['embed_dim=192', 'num_heads=5']),
-    (lambda: timm_structinit.apply_init(timm.create_model('resnet10t'), 'mimetic'), ['ResNet', 'fused-qkv']),
+    (lambda: timm_structinit.apply_init(timm.create_model('resnet10t'), 'mimetic'), ['ResNet', 'no attention layer']),
     (lambda: timm_structinit.apply_init(timm.create_model('vit_tiny_patch16_224', depth=1), 'mimetic', seed=-1),
      ['seed=-1']),
 ])
@@ -164,7 +164,37 @@ def test_bad_input(call, words):
         assert word in str(err.value)
 
 
-def test_qk_norm_model_refused():
-    model = timm.create_model('vit_tiny_patch16_224', depth=1, qk_norm=True)
-    with pytest.raises(ValueError, match='qk_norm'):
-        timm_structinit.apply_init(model, 'mimetic')
+def test_qk_norm_takes_mimetic_and_refuses_impulse():
+    """ Mimetic writes the products W_q W_k^T of the projections, whatever normalizes q and k after them; an impulse
+    solve writes the logits q k^T themselves, which a norm of q and k does not keep. """
+    model = timm.create_model('vit_tiny_patch16_224', depth=1, qk_norm=True, img_size=64)
+    targets = draw_mimetic_targets(192, 3, 1, MimeticCfg(), torch.Generator().manual_seed(0))
+    timm_structinit.apply_init(model, 'mimetic', seed=0)
+    generator = torch.Generator().manual_seed(0)
+    torch.testing.assert_close(draw_mimetic_targets(192, 3, 1, MimeticCfg(), generator)['qk'], targets['qk'])
+    w = model.blocks[0].attn.qkv.weight.detach().double()
+    torch.testing.assert_close(w[:64].T @ w[192:256], rank_k(targets['qk'][0, 0], 64), atol=2e-5, rtol=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match='normalizes them first .*LayerNorm.*qk_norm=False'):
+        timm_structinit.apply_init(model, 'impulse', seed=0)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize('head_dim', [8, 32])  # heads x head_dim = 16 (below the width 32) or 64 (above it)
+def test_value_space_narrower_or_wider_than_the_width(head_dim):
+    """ W_v W_proj of an attention whose heads' value width h d_v differs from its width D: the best rank-h d_v
+    approximation of a2 Z' - b2 I below D, all of it above D, where every value channel is in use (a zero column of
+    W_v, with its zero row of W_proj, would never train: both get zero gradients). """
+    from timm.layers import Attention
+    model = torch.nn.Sequential(Attention(32, num_heads=2, attn_head_dim=head_dim, qkv_bias=True))
+    timm_structinit.apply_init(model, 'mimetic', seed=3)
+    attn = model[0]
+    targets = draw_mimetic_targets(32, 2, 1, MimeticCfg(), torch.Generator().manual_seed(3))
+    inner = 2 * head_dim
+    wv = attn.qkv.weight.detach()[2 * inner:].double().T      # (D, h d_v), read here from timm's layout
+    wproj = attn.proj.weight.detach().double().T               # (h d_v, D)
+    torch.testing.assert_close(wv @ wproj, rank_k(targets['vproj'][0], min(32, inner)), atol=2e-5, rtol=0)
+    assert (wv.norm(dim=0) > 1e-3).all() and (wproj.norm(dim=1) > 1e-3).all()
+    q, k = attn.qkv.weight.detach()[:inner].double(), attn.qkv.weight.detach()[inner:2 * inner].double()
+    torch.testing.assert_close(q[:head_dim].T @ k[:head_dim], rank_k(targets['qk'][0, 0], min(32, head_dim)),
+                               atol=2e-5, rtol=0)

@@ -8,6 +8,7 @@ import timm_structinit
 from timm_structinit.inits.heads import find_attention, read_qk, read_vproj
 from timm_structinit.inits.mimetic import balanced_factors, truncated_factors
 from timm_structinit.inits.mimetic import MimeticCfg, draw_mimetic_targets
+from timm_structinit.layers.pos_embed import sincos_pos_embed
 from kernel_path_builds import small_args
 from paper_reference import assert_record_is_timms
 
@@ -113,7 +114,7 @@ def test_adam_solver_from_apply_init_under_no_grad():
     """ Under a caller's no_grad the reference solver still descends: 30 steps leave a lower objective than 1, and
     the record is what timm's forward computes on the written weights. """
     objectives = []
-    for iters in (1, 30):
+    for iters in (20, 60):
         model = timm.create_model('vit_tiny_patch2_32_gap_sincos', depth=1)
         with torch.no_grad():
             timm_structinit.apply_init(model, 'impulse', seed=0, solver='adam', adam_iters=iters, adam_lr=1e-2,
@@ -122,14 +123,26 @@ def test_adam_solver_from_apply_init_under_no_grad():
         stats = assert_record_is_timms(model)
         objectives.append(sum(stats[0]['objective']))
     assert objectives[1] < 0.9 * objectives[0], objectives
+    # one step leaves the maps at chance in the model's own forward: refused, the model as it was
+    model = timm.create_model('vit_tiny_patch2_32_gap_sincos', depth=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad(), pytest.raises(ValueError, match='does not hold .* on position alone'):
+        timm_structinit.apply_init(model, 'impulse', seed=0, solver='adam', adam_iters=1)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize('init', timm_structinit.list_inits())
-@pytest.mark.parametrize('name,words', [
-    ('swinv2_tiny_window8_256', ['SwinTransformerV2 is not supported', '(96, 3)', 'VisionTransformer']),
+COAT = dict(serial_depths=(1, 1, 1, 1), img_size=64)
+SWINV2 = dict(img_size=64, patch_size=4, window_size=4, embed_dim=24, depths=(2, 2), num_heads=(3, 6))
+
+
+@pytest.mark.parametrize('name,kwargs,init,words', [
+    *[('coat_lite_tiny', COAT, init, ['CoaT has attention an init cannot write', 'factorized attention'])
+      for init in timm_structinit.list_inits()],
+    *[('swinv2_tiny_window8_256', SWINV2, init, ["SwinTransformerV2's only position signal", 'computed by an MLP'])
+      for init in ('impulse', 'impulse2025')],
 ])
-def test_unsupported_model_is_refused_and_unchanged(init, name, words):
-    model = timm.create_model(name, pretrained=False)
+def test_unsupported_model_is_refused_and_unchanged(name, kwargs, init, words):
+    model = timm.create_model(name, pretrained=False, **kwargs)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(ValueError) as err:
         timm_structinit.apply_init(model, init, seed=0)
@@ -155,19 +168,18 @@ def test_impulse_refuses_rotary_models_and_leaves_them_unchanged(init):
 @pytest.mark.parametrize('init', timm_structinit.list_inits())
 def test_failure_during_init_leaves_model_unchanged(init, monkeypatch):
     """ Anything that fails after the checks (here: the last attention write) restores what was written. """
-    import timm_structinit.inits.heads as attention
+    from timm_structinit.inits.layouts import AttentionLayout
     model = timm.create_model('vit_tiny_patch2_32', depth=3)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     writes = {'count': 0}
-    real_write_qk = attention.write_qk_
+    real_write_qk = AttentionLayout.write_qk_
 
-    def failing_write_qk(attn, wq, wk):
+    def failing_write_qk(layout, wq, wk):
         writes['count'] += 1
-        if attn is model.blocks[-1].attn:
+        if layout.module is model.blocks[-1].attn:
             raise RuntimeError('simulated failure')
-        real_write_qk(attn, wq, wk)
-    for module in ('timm_structinit.inits.mimetic', 'timm_structinit.inits.impulse'):
-        monkeypatch.setattr(f'{module}.write_qk_', failing_write_qk)
+        real_write_qk(layout, wq, wk)
+    monkeypatch.setattr(AttentionLayout, 'write_qk_', failing_write_qk)
     with pytest.raises(RuntimeError, match='simulated'):
         timm_structinit.apply_init(model, init, seed=0)
     assert writes['count'] == 3  # two layers were written before the failure
@@ -248,5 +260,8 @@ class TestPosEmbedScale:
         timm_structinit.apply_init(model, 'impulse2025', seed=0)
         timm_structinit.apply_init(model, 'impulse2025', seed=0)
         torch.testing.assert_close(model.pos_embed.detach(), 18 * table)
-        timm_structinit.apply_init(model, 'impulse', seed=0)  # the 2024 preset carries scale 1
-        torch.testing.assert_close(model.pos_embed.detach(), table)
+        timm_structinit.apply_init(model, 'impulse', seed=0)  # the 2024 preset carries scale 1 ...
+        torch.testing.assert_close(model.pos_embed.detach()[:, :1], torch.zeros_like(table[:, :1]))
+        # ... and the sin-cos table its solve assumes, in the patch rows of the learned table (the class row zero, as
+        # in the package's fixed tables)
+        torch.testing.assert_close(model.pos_embed.detach()[:, 1:], sincos_pos_embed((16, 16), 192))

@@ -167,9 +167,10 @@ def _show_depth(model, vit: bool) -> int:
     if vit:
         from .inits.heads import find_attention
         return len(find_attention(model))
+    from .inits.heads import model_layouts
     from .inits.mixer import token_mixing_blocks
-    from .inits.swin import window_attentions
-    return len(window_attentions(model) or token_mixing_blocks(model))
+    blocks = token_mixing_blocks(model)
+    return len(blocks) if blocks else len(model_layouts(model))
 
 
 def _run_recipes(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from ..inits.heads import find_attention, read_qk, read_vproj
+from ..inits.heads import find_attention, layout_of, read_qk, read_vproj
+from ..inits.model_maps import captured_maps
 from ..inits.impulse import impulse_pseudo_input, impulse_target
 from ..inits.impulse_solvers import attention_maps, map_metrics
 from ..utils.figures import epoch_axis, new_figure, save_figure
@@ -57,7 +58,7 @@ def pseudo_input_maps(model: nn.Module, layer: int) -> torch.Tensor:
     _grid(model)  # a ValueError for a model without a patch grid
     attn = find_attention(model)[layer]
     wq, wk = (w.cpu() for w in read_qk(attn))  # the pseudo input is built on the CPU
-    return attention_maps(impulse_pseudo_input(model, attn.qkv.in_features, _init_cfg(model)), wq, wk)
+    return attention_maps(impulse_pseudo_input(model, layout_of(attn).dim_in, _init_cfg(model)), wq, wk)
 
 
 def _image_grid(model: nn.Module, images: torch.Tensor):
@@ -93,34 +94,12 @@ def image_attention_maps(model: nn.Module, layer: int, images: torch.Tensor) -> 
 
 @torch.no_grad()
 def _image_attention_maps(model: nn.Module, layers: Sequence[int], images: torch.Tensor) -> Dict[int, torch.Tensor]:
-    """ Several layers' maps from one forward pass.
-
-    timm's attention runs fused kernels that never materialize the probabilities, so a hook on each attention
-    module's input recomputes them from its own weights (qk norm is refused by `find_attention`).
-    """
+    """ Several layers' maps from one forward pass: the probabilities each attention computes there
+    (`inits.model_maps.captured_maps`, fused kernels included), averaged over the images. """
     attns = find_attention(model)
-    captured: Dict[int, torch.Tensor] = {}
-
-    def hook_for(layer):
-        def hook(module, args):
-            x = args[0]
-            batch, tokens, dim = x.shape
-            qkv = module.qkv(x).reshape(batch, tokens, 3, module.num_heads, dim // module.num_heads)
-            q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
-            probs = (q @ k.transpose(-1, -2) * (dim // module.num_heads) ** -0.5).softmax(-1)
-            captured[layer] = probs.mean(0).cpu()  # what reads the maps (metrics, figures) works on the CPU
-        return hook
-
-    handles = [attns[layer].register_forward_pre_hook(hook_for(layer)) for layer in layers]
-    was_training = model.training
-    try:
-        model.eval()
-        model(images)
-    finally:
-        model.train(was_training)
-        for handle in handles:
-            handle.remove()
-    return captured
+    maps = captured_maps(model, [attns[layer] for layer in layers], images)
+    # what reads the maps (metrics, figures) works on the CPU
+    return {layer: layer_maps[0].float().mean(0).cpu() for layer, layer_maps in zip(layers, maps)}
 
 
 def load_images(folder: str, model: nn.Module, count: int) -> torch.Tensor:
@@ -197,8 +176,8 @@ def summarize(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[D
     for layer, attn in enumerate(attns):
         qk = qk_products(attn)
         vp = product_stats(vproj_product(attn))
-        maps = pseudo_input_maps(model, layer) if grid is not None else None
-        for head in range(attn.num_heads):
+        maps = pseudo_input_maps(model, layer) if grid is not None and offsets is not None else None
+        for head in range(layout_of(attn).heads):
             row = {'layer': layer, 'head': head}
             row.update({f'qk_{k}': v for k, v in product_stats(qk[head]).items()})
             row.update({f'vproj_{k}': v for k, v in vp.items()})
@@ -233,6 +212,33 @@ def format_summary(rows: Sequence[Dict[str, Any]]) -> str:
     return '\n'.join(lines)
 
 
+def _has_pseudo_input(model: nn.Module, attn: nn.Module) -> bool:
+    """ The model is a ViT whose tokens carry one position table of this attention's width over its patch grid: the
+    pseudo input (LayerNorm of a table over that grid) means something to its attention. """
+    table = getattr(model, 'pos_embed', None)
+    grid = getattr(getattr(model, 'patch_embed', None), 'grid_size', None)
+    return isinstance(table, torch.Tensor) and table.dim() == 3 and grid is not None and \
+        table.shape[-1] == layout_of(attn).dim_in
+
+
+def _plot_products(model: nn.Module, attn: nn.Module, qk: torch.Tensor, out: Path, title: str) -> Path:
+    """ A layer of a model without one patch grid and table (PiT, Twins, ...): per head W_q W_k^T, and W_v W_proj. """
+    fig = new_figure(figsize=(2.6 * (qk.shape[0] + 1), 2.8))
+    axes = fig.subplots(1, qk.shape[0] + 1, squeeze=False)[0]
+    layout = layout_of(attn)
+    panels = [(qk[h], f'head {h}: W_q W_k^T') for h in range(qk.shape[0])]
+    if layout.square:
+        panels.append((vproj_product(attn), 'W_v W_proj'))
+    for ax, (panel, name) in zip(axes, panels):
+        limit = panel.abs().max().item() or 1.0
+        ax.imshow(panel.numpy(), cmap='RdBu_r', vmin=-limit, vmax=limit)
+        ax.set_title(name, fontsize=9)
+    for ax in axes:
+        ax.set_xticks([]), ax.set_yticks([])
+    fig.suptitle(title, fontsize=10)
+    return save_figure(fig, out, dpi=90)
+
+
 def plot_layer(
         model: nn.Module,
         layer: int,
@@ -245,14 +251,16 @@ def plot_layer(
     the same averaged over real images when given, the map of the centre query as a grid (the filter view), and
     W_q W_k^T; plus W_v W_proj. Written to a temporary file, then renamed. """
     attn = find_attention(model)[layer]
-    heads = attn.num_heads
+    heads = layout_of(attn).heads
+    qk = qk_products(attn)
+    if not _has_pseudo_input(model, attn):  # a hierarchical model: its products alone
+        return _plot_products(model, attn, qk, out, title or f'layer {layer}')
     grid = _grid(model)
     n = grid[0] * grid[1]
     zoom = zoom or min(n, 2 * grid[1] + 2)
     maps = pseudo_input_maps(model, layer)
     real = image_attention_maps(model, layer, images) if images is not None else None
     real_patches = _patch_block(real, model, n) if real is not None else None
-    qk = qk_products(attn)
     columns = ['pseudo input', f'zoom {zoom}x{zoom}', 'centre query'] + (
         ['real images', 'real zoom'] if real is not None else []) + ['W_q W_k^T']
     fig = new_figure(figsize=(2.6 * len(columns), 2.6 * (heads + 1)))

@@ -1,4 +1,5 @@
-""" What an init does to Swin's window attention and to Mixer's token mixing, read from the model itself.
+""" What an init does to the attention of models with a relative position bias (Swin's windows, BEiT's and the
+relative-position ViTs' whole grid) and to Mixer's token mixing, read from the model itself.
 
 Swin: the attention probabilities timm's window attention computes in the model's real forward pass (relative
 position bias and shifted-window mask included), per block and head, averaged over images and windows. Without
@@ -12,7 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from ..inits.heads import model_layouts
 from ..inits.impulse import impulse_target
+from ..inits.model_maps import captured_maps
 from ..inits.mixer import token_mixing_blocks
 from ..inits.swin import window_attentions
 from ..utils.figures import new_figure, save_figure
@@ -57,7 +60,7 @@ def mixer_mixing_maps(model: nn.Module) -> List[torch.Tensor]:
 
 def _zero_images(model: nn.Module) -> torch.Tensor:
     stem = getattr(model, 'patch_embed', None) or model.stem
-    return torch.zeros(1, stem.proj.in_channels, *stem.img_size)
+    return torch.zeros(1, stem.proj.in_channels, *stem.img_size).to(next(model.parameters()))
 
 
 def layer_maps(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[Tuple[torch.Tensor, Tuple[int, int]]]:
@@ -67,8 +70,16 @@ def layer_maps(model: nn.Module, images: Optional[torch.Tensor] = None) -> List[
         grid = tuple(model.stem.grid_size)
         return [(m.unsqueeze(0), grid) for m in mixer_mixing_maps(model)]
     probe = _zero_images(model) if images is None else images
-    return [(p.mean((0, 1)).cpu(), tuple(a.window_size))
-            for (p, _), a in zip(swin_window_maps(model, probe), window_attentions(model))]
+    if window_attentions(model):
+        return [(p.mean((0, 1)).cpu(), tuple(a.window_size))
+                for (p, _), a in zip(swin_window_maps(model, probe), window_attentions(model))]
+    # a relative position bias over the whole grid (BEiT, relpos ViTs): the patch block of each attention's maps
+    layouts = model_layouts(model)
+    out = []
+    for layout, maps in zip(layouts, captured_maps(model, [a.module for a in layouts], probe)):
+        p = layout.position.prefix
+        out.append((maps[0].float().mean(0)[:, p:, p:].cpu(), tuple(layout.position.grid)))
+    return out
 
 
 def _target_mass(maps: torch.Tensor, grid: Tuple[int, int], offset: List[int]) -> float:

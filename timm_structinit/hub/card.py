@@ -145,7 +145,9 @@ def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping
                    table([(f'`{k}`', fmt(v)) for k, v in record['cfg'].items()], ('name', 'value'))]
     if per_layer:
         rows = [(str(i), *(fmt(v[i]) for v in per_layer.values())) for i in range(num_layers)]
-        blocks += ["Per layer, one value per head (the solver's results):", table(rows, ('layer', *per_layer))]
+        measured = f" ({record['measured_on']})" if 'measured_on' in record else ''
+        blocks += [f"Per layer, one value per head (offsets and objective: the solver's; hit rates and target masses: "
+                   f"measured{measured}):", table(rows, ('layer', *per_layer))]
     if trained is None:
         cmd = f'timm-structinit export {model_name} DIR --seed {own["seed"]}'
         cmd += f' --model-kwargs {format_kwargs(model_kwargs)}' if model_kwargs else ''

@@ -1,17 +1,21 @@
 """ Structured attention inits: the registry and `apply_init`, the one entry point every model uses.
 
-Layout: `heads` reads and writes per-head W_q, W_k, W_v, W_proj in timm's fused qkv; `mimetic` and `impulse`
-are the inits (pure functions over those weights plus one dataclass of hyperparameters each); `impulse_solvers`
-solves impulse Q/K; `threads` keeps the math independent of the thread count.
+Layout: `layouts` reads and writes per-head W_q, W_k, W_v, W_proj whatever layout holds them, `timm_attention` knows
+each of timm's attention classes (or what it computes that an init cannot write), `heads` finds a model's attentions;
+`mimetic` and `impulse` are the inits (pure functions over those weights plus one dataclass of hyperparameters
+each); `impulse_solvers` solves impulse Q/K; `position_bias` writes impulses into relative position bias tables;
+`model_maps` captures the maps a model computes; `threads` keeps the math independent of the thread count.
 
 An init is a name, a frozen dataclass of hyperparameters (each field's metadata gives its valid range or choices),
-and a function `apply(model, attns, cfg, generator) -> record` that writes weights in place. Presets are the same
+and a function `apply(model, attns, cfg, generator) -> record` that writes weights in place (`attns`: the model's
+`AttentionLayout`s, each with its `.module`). Presets are the same
 function with other defaults (`impulse2025` is `impulse` with the 2025 paper's settings). Hyperparameters are checked
 before any weight is touched, and every error names the bad value and what would be valid.
 
-Other model families (`model_family`): an init may have a version for timm's Swin Transformer (`swin`: the impulse
-in the relative position bias, mimetic per stage) and MLP-Mixer (`mixer`: the impulse as a token shift), each with
-its own hyperparameter dataclass, so `apply_init(model, name)` takes the version the model needs.
+Other model families (`model_family`): an init may have a version for models whose attention carries a relative
+position bias table (`swin`: timm's Swin Transformer, `relpos`: BEiT and the relative-position ViTs: the impulse in
+the table) and for MLP-Mixer (`mixer`: the impulse as a token shift), each with its own hyperparameter dataclass, so
+`apply_init(model, name)` takes the version the model needs.
 """
 import dataclasses
 import math
@@ -25,11 +29,14 @@ from timm.utils import unwrap_model
 from torch import nn
 
 from .canonical import FACTOR_RULE
-from .fit import attention_kind, check_attention_kinds, inner_norm, refuse_derived_weights, refuse_shared_weights
-from .heads import find_attention, written_tensors
+from .fit import refuse_derived_weights, refuse_shared_weights
+from .geometry import model_geometry
+from .heads import model_layouts
 from .impulse import IMPULSE2025, ImpulseCfg, check_impulse_model, impulse_init_
-from .mimetic import MimeticCfg, check_mimetic_model, mimetic_init_
+from .layouts import AttentionLayout
+from .mimetic import MimeticCfg, check_mimetic_model, mimetic_layouts_
 from .mixer import MixerImpulseCfg, mixer_impulse_init_, token_mixing_blocks
+from .position_bias import BiasImpulseCfg, bias_impulse_init_, signed
 from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window_attentions
 from .threads import on_one_thread
 from ..utils.seeds import check_seed
@@ -38,14 +45,16 @@ from ..utils.words import plural
 __all__ = ['StructInit', 'FamilyInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init',
            'apply_init_cfg', 'check_init_cfg', 'model_geometry', 'model_family', 'reset_parameters_', 'rest_init_of']
 
-FAMILIES = {'vit': 'ViT-style', 'swin': 'Swin Transformer', 'mixer': 'MLP-Mixer'}
+FAMILIES = {'vit': 'ViT-style', 'swin': 'Swin Transformer', 'relpos': 'relative position bias',
+            'mixer': 'MLP-Mixer'}
 
 
 @dataclass(frozen=True)
 class FamilyInit:
-    """ An init's version for another model family: its hyperparameters and `apply(model, cfg, generator)`. """
+    """ An init's version for another model family: its hyperparameters and `apply(model, cfg, generator)` (for
+    'relpos', `apply(model, attns, cfg, generator)`, the model's `AttentionLayout`s given as for the ViT path). """
     cfg_cls: type
-    apply: Callable[[nn.Module, Any, torch.Generator], Dict[str, Any]]
+    apply: Callable[..., Dict[str, Any]]
     preset: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -53,15 +62,13 @@ class FamilyInit:
 class StructInit:
     name: str
     cfg_cls: type
-    apply: Callable[[nn.Module, List[nn.Module], Any, torch.Generator], Dict[str, Any]]
+    apply: Callable[[nn.Module, List[AttentionLayout], Any, torch.Generator], Dict[str, Any]]
     preset: Dict[str, Any] = field(default_factory=dict)
     description: str = ''
     # check_model(cfg, geometry) raises ValueError when the init cannot apply to a model of that shape;
-    # geometry: grid_size (H, W), embed_dim, num_heads, num_prefix_tokens, has_pos_embed, rotary (None or the
-    # rotary embedding's class name), attention (the attention modules' qualified class names, `fit.attention_kind`),
-    # inner_norm (None, or the class of a norm between the heads' output and proj, `fit.inner_norm`)
+    # geometry: `model_geometry`'s (grid, widths, heads, prefix tokens, position table, rotary embedding, ...)
     check_model: Optional[Callable[[Any, Dict[str, Any]], None]] = None
-    families: Dict[str, FamilyInit] = field(default_factory=dict)  # 'swin', 'mixer'
+    families: Dict[str, FamilyInit] = field(default_factory=dict)  # 'swin', 'relpos', 'mixer'
 
 
 _INITS: Dict[str, StructInit] = {}
@@ -126,12 +133,20 @@ def _check_value(cls_name: str, f: dataclasses.Field, value: Any) -> Any:
 
 
 def model_family(model: nn.Module) -> str:
-    """ 'swin' (timm SwinTransformer window attention), 'mixer' (timm MlpMixer blocks) or 'vit' (everything else,
-    which the ViT path checks). """
+    """ 'swin' (timm SwinTransformer window attention), 'mixer' (timm MlpMixer blocks), 'relpos' (every attention
+    adds a relative position bias from a table indexed by signed offsets: BEiT, relpos ViTs built with
+    rel_pos_type='bias') or 'vit' (everything else, which the ViT path checks). """
     if window_attentions(model):
         return 'swin'
     if token_mixing_blocks(model):
         return 'mixer'
+    try:
+        layouts = model_layouts(model)
+    except ValueError:
+        return 'vit'  # the ViT path's checks say why no init fits
+    positions = {id(a.position): a.position for a in layouts if a.position is not None}
+    if len(positions) and all(a.position is not None for a in layouts) and all(map(signed, positions.values())):
+        return 'relpos'
     return 'vit'
 
 
@@ -185,11 +200,13 @@ def rest_init_of(model: nn.Module) -> str:
 
 def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, weight_init: Optional[str] = None,
                **kwargs) -> Dict[str, Any]:
-    """ Apply structured init `name` to a timm ViT-style model in place and return its init record.
+    """ Apply structured init `name` to a timm model in place and return its init record.
 
-    Works on any model with timm's fused-qkv attention of one width, e.g.
-    `apply_init(timm.create_model('deit_small_patch16_224'), 'mimetic')`, and on timm's Swin Transformer and
-    MLP-Mixer with the init's version for them (`model_family`). Only attention weights (and, for
+    Works on timm's attention models whose attention the init's math fits (mimetic: every per-head softmax(q k^T)
+    attention, whatever its layout and widths, e.g. `apply_init(timm.create_model('pit_ti_224'), 'mimetic')`;
+    impulse: ViTs with an absolute position table, and models with a relative position bias table), and on timm's
+    MLP-Mixer with the init's version for it (`model_family`); docs/zoo.md lists every timm family's outcome. A model
+    the init does not fit is refused in one line, before any weight is written. Only attention weights (and, for
     inits that say so, the position table) change. Everything is checked before any weight is written, and if the
     init fails anyway the model is left as it was. `seed` makes the result reproducible bit for bit on one
     machine, whatever the number of torch threads (the init's math runs on one thread); without it, a seed is drawn
@@ -217,32 +234,26 @@ def apply_init(model: nn.Module, name: str, seed: Optional[int] = None, weight_i
 def check_init_cfg(model: nn.Module, name: str, cfg: Any) -> Tuple[StructInit, str, List[nn.Module]]:
     """ The checks `apply_init_cfg` makes before it writes anything (the cfg's type, the model's family, attention
     and geometry), alone: a model built on the meta device checks its arguments this way, before any work. Returns
-    (init, family, the ViT attention modules or []). """
+    (init, family, the model's attention layouts or [] for a Mixer). """
     init, family = get_init(name), model_family(model)
     cfg_cls = _family_version(name, family)[0]
     if not isinstance(cfg, cfg_cls):
         raise TypeError(f'cfg of struct_init {name!r} must be a {cfg_cls.__name__} from make_init_cfg, '
                         f'got {type(cfg).__name__}')
-    attns = []
-    if family == 'vit':
-        attns = find_attention(model)
-        check_attention_kinds(model, attns, name)
-        if init.check_model is not None:
-            init.check_model(cfg, model_geometry(model, attns))
-    refuse_derived_weights(model, attns if family == 'vit' else [model])
+    attns = [] if family == 'mixer' else model_layouts(model)
+    if family == 'vit' and init.check_model is not None:
+        init.check_model(cfg, model_geometry(model, attns))
+    refuse_derived_weights(model, [a.module for a in attns] if attns else [model])
     refuse_shared_weights(model, _written(model, family, attns))
     return init, family, attns
 
 
-def _written(model: nn.Module, family: str, attns: List[nn.Module]) -> Dict[str, List[torch.Tensor]]:
+def _written(model: nn.Module, family: str, attns: List[AttentionLayout]) -> Dict[str, List[torch.Tensor]]:
     """ The tensors an init of `family` writes, by the name of the module that holds them. """
-    names = {id(m): n for n, m in model.named_modules()}
-    if family == 'swin':
-        return {names.get(id(a), ''): [*written_tensors(a), a.relative_position_bias_table]
-                for a in window_attentions(model)}
     if family == 'mixer':
+        names = {id(m): n for n, m in model.named_modules()}
         return {names.get(id(b.mlp_tokens), ''): list(b.mlp_tokens.parameters()) for b in token_mixing_blocks(model)}
-    return {names.get(id(a), ''): written_tensors(a) for a in attns}
+    return {a.name: a.tensors() for a in attns}
 
 
 def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = None,
@@ -258,6 +269,9 @@ def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = 
     if family == 'vit':
         backup = _writable_state(model, attns, everything=reset_rest) if restore_on_failure else None
         apply = partial(init.apply, model, attns)
+    elif family == 'relpos':
+        backup = _writable_state(model, attns, everything=reset_rest) if restore_on_failure else None
+        apply = partial(init.families[family].apply, model, attns)
     else:  # the family's own function checks the model before it writes anything
         backup = _writable_state(model, [], everything=True) if restore_on_failure else None
         apply = partial(init.families[family].apply, model)
@@ -281,13 +295,15 @@ def apply_init_cfg(model: nn.Module, name: str, cfg: Any, seed: Optional[int] = 
     return record
 
 
-def _writable_state(model: nn.Module, attns: List[nn.Module], everything: bool = False) -> Dict[str, Any]:
-    """ Copies of what an init may write (attention weights and biases, the position table and its scale; with
+def _writable_state(model: nn.Module, attns: List[AttentionLayout], everything: bool = False) -> Dict[str, Any]:
+    """ Copies of what an init may write (attention weights, biases and norms, position tables and the scale; with
     `everything`, every parameter and buffer), so that a failed init leaves the model as it was. """
     if everything:
         tensors = [*model.parameters(), *model.buffers()]
     else:
-        tensors = [t for attn in attns for t in written_tensors(attn)]
+        tensors = [t for attn in attns for t in attn.tensors()]
+        tensors += [b for a in attns for part in (a.q, a.k, a.v, a.proj) if part.norm is not None
+                    for b in part.norm.buffers()]
         pos_embed = getattr(model, 'pos_embed', None)
         if isinstance(pos_embed, torch.Tensor):
             tensors.append(pos_embed)
@@ -310,36 +326,25 @@ def _restore(model: nn.Module, backup: Dict[str, Any]) -> None:
         model.weight_init_mode = backup['weight_init_mode']
 
 
-def model_geometry(model: nn.Module, attns: List[nn.Module]) -> Dict[str, Any]:
-    """ What a position-aware init needs to know of a model: patch grid, width, heads, prefix tokens, position
-    embeddings (an absolute table; a rotary embedding, which turns q and k by position in the forward pass), and
-    the image and patch sizes that set the grid. """
-    patch_embed = getattr(model, 'patch_embed', None)
-    grid = tuple(patch_embed.grid_size) if getattr(patch_embed, 'grid_size', None) is not None else None
-    return dict(
-        grid_size=grid, embed_dim=attns[0].qkv.in_features, num_heads=attns[0].num_heads, num_layers=len(attns),
-        img_size=_size_of(patch_embed, 'img_size'), patch_size=_size_of(patch_embed, 'patch_size'),
-        num_prefix_tokens=int(getattr(model, 'num_prefix_tokens', 0)),
-        has_pos_embed=isinstance(getattr(model, 'pos_embed', None), torch.Tensor),
-        attention=sorted({attention_kind(a) for a in attns}), inner_norm=inner_norm(attns),
-        rotary=next((type(m).__name__ for m in model.modules() if 'rotary' in type(m).__name__.lower()), None))
+def _apply_mimetic(model: nn.Module, attns: List[AttentionLayout], cfg: MimeticCfg, generator: torch.Generator):
+    return mimetic_layouts_(attns, cfg, generator)
 
 
-def _size_of(patch_embed: Optional[nn.Module], name: str) -> Optional[tuple]:
-    value = getattr(patch_embed, name, None)
-    return tuple(value) if isinstance(value, (tuple, list)) else None
+def _relpos_mimetic(model: nn.Module, attns: List[AttentionLayout], cfg: MimeticCfg, generator: torch.Generator):
+    return {'family': 'relpos', **mimetic_layouts_(attns, cfg, generator)}
 
 
-def _apply_mimetic(model: nn.Module, attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator):
-    return mimetic_init_(attns, cfg, generator)
+def _relpos_impulse(model: nn.Module, attns: List[AttentionLayout], cfg: BiasImpulseCfg, generator: torch.Generator):
+    return bias_impulse_init_(model, attns, cfg, generator, family='relpos')
 
 
 register_init(StructInit(
     'mimetic', MimeticCfg, _apply_mimetic, check_model=check_mimetic_model,
     description='Trockman & Kolter 2023: W_q W_k^T ~ +I (rank-k per head), W_v W_proj ~ -I',
-    families={'swin': FamilyInit(MimeticCfg, swin_mimetic_init_)},
+    families={'swin': FamilyInit(MimeticCfg, swin_mimetic_init_), 'relpos': FamilyInit(MimeticCfg, _relpos_mimetic)},
 ))
 _IMPULSE_FAMILIES = {'swin': FamilyInit(SwinImpulseCfg, swin_impulse_init_),
+                     'relpos': FamilyInit(BiasImpulseCfg, _relpos_impulse),
                      'mixer': FamilyInit(MixerImpulseCfg, mixer_impulse_init_)}
 register_init(StructInit(
     'impulse', ImpulseCfg, impulse_init_, check_model=check_impulse_model,
@@ -350,5 +355,6 @@ register_init(StructInit(
     'impulse2025', ImpulseCfg, impulse_init_, preset=IMPULSE2025, check_model=check_impulse_model,
     description='Zheng et al. 2025: closed-form impulse Q/K (SVD, factors at norm 7), mimetic V/proj, x18 PE',
     families={'swin': FamilyInit(SwinImpulseCfg, swin_impulse_init_, dict(offsets='fixed', vproj='mimetic')),
+              'relpos': FamilyInit(BiasImpulseCfg, _relpos_impulse, dict(offsets='fixed', vproj='mimetic')),
               'mixer': FamilyInit(MixerImpulseCfg, mixer_impulse_init_, dict(offsets='fixed'))},
 ))

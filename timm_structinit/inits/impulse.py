@@ -17,9 +17,10 @@ Two published versions, one configuration (`ImpulseCfg`), presets in the registr
   own position embedding times 18 (the model keeps the x18 embedding, as in the authors' code), mimetic V/proj
   (a2 = b2 = 0.4), every layer solved with fresh noise.
 
-Class and register tokens: the targets cover the patch tokens only. The solve sees the patch grid, and the prefix
-tokens' rows and columns of the map are whatever the solved Q, K give them; with average pooling (the impulse
-models) there are none.
+On timm's own ViTs (`impulse_inputs`): a learned table under the 2024 solve starts at the sin-cos table the solve
+assumes (written into its patch rows); the capped solves also see the prefix tokens (class, register) as keys with no
+target; the record's hit rates and masses are measured in the model's own forward pass on position alone, and an init
+whose first attention does not hold there is undone (`impulse_holds`).
 """
 import copy
 import itertools
@@ -27,17 +28,20 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..layers.pos_embed import set_pos_embed_scale_, sincos_pos_embed
-from .heads import write_qk_, zero_attention_bias_
+from ..layers.pos_embed import set_pos_embed_scale_
+from .heads import layout_of
 from .impulse_budget import (  # noqa: F401  the solve's cost and budget, importable from the init too
     SOLVE_MEMORY_BUDGET, SOLVE_WORK_BUDGET, check_solve_budget, impulse_solve_cost)
+from .impulse_holds import MEASURED_ON, check_holds, measured_hits
+from .impulse_inputs import (  # noqa: F401  the pseudo input, importable from the init too
+    _token_table, content_dims, layer_normed, learned_table, pseudo_input, write_sincos_table_)
 from .impulse_solvers import SOLVERS, WARM_START
 from .impulse_targets import (  # noqa: F401  the offsets and targets, importable from the init too
     BORDERS, OFFSET_POLICIES, _odd_kernel, draw_offsets, draw_offsets_cycled, fixed_order, impulse_target,
     window_offsets)
+from .layouts import AttentionLayout
 from .mimetic import MimeticCfg, mimetic_vproj_init_
 
 __all__ = [
@@ -45,16 +49,6 @@ __all__ = [
     'ImpulseCfg', 'impulse_init_', 'impulse_pseudo_input', 'check_impulse_model', 'impulse_solve_cost',
     'OFFSET_POLICIES', 'BORDERS', 'IMPULSE2025', 'SOLVE_MEMORY_BUDGET', 'SOLVE_WORK_BUDGET',
 ]
-
-
-def pseudo_input(grid_size: Tuple[int, int], embed_dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """ LayerNorm (no affine, eps 1e-5) of the grid's sin-cos table: (H * W, D), the 2024 impulse pseudo input.
-
-    This is what a block's pre-attention LayerNorm sees at step 0 for a blank image whose patch embedding is
-    zero, so an attention map solved on it is the map the model starts from on the position signal alone.
-    """
-    table = sincos_pos_embed(grid_size, embed_dim, dtype=torch.float64)[0]
-    return F.layer_norm(table, (embed_dim,), eps=1e-5).to(dtype)
 
 
 _POSITIVE = {'range': (1e-12, float('inf'))}
@@ -120,19 +114,28 @@ IMPULSE2025 = dict(
     kernel_size=3, offsets='fixed', solver='svd', pseudo_input='pos_embed', pos_embed_scale=18.0, vproj='mimetic')
 
 
-# attention classes that attend within windows of the patch grid, which the whole-grid targets do not fit
-_WINDOWED = {'timm.models.vision_transformer_sam.Attention': 'SAM ViT: 14 x 14 windows in most blocks'}
+def _no_position_table(geometry: Dict[str, Any], mimetic: str) -> str:
+    """ The refusal of a model without model.pos_embed: what position signal it has instead. """
+    model = geometry.get('model', 'this model')
+    position, tables = geometry.get('position_terms'), geometry.get('pos_tables')
+    if position:
+        what = f"{model}'s only position signal is {position}"
+    elif tables:
+        what = (f"{model}'s position tables ({', '.join(tables[:3])}) are not one table of a ViT's patch grid at "
+                f"model.pos_embed, and it has no relative position bias table")
+    else:
+        what = f'{model} has neither: no model.pos_embed and no relative position bias table'
+    return ("impulse init needs a position signal it can write each head's offset with: an absolute position table "
+            "(model.pos_embed) to solve Q/K on, or a relative position bias table indexed by signed offsets; "
+            f"{what}; valid: {mimetic}, or a model with either")
 
 
 def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
-    """ ValueError, before any work, when the init cannot apply to a model of this geometry. """
-    grid = geometry['grid_size']
-    if grid is None:
-        raise ValueError('impulse init needs a patch grid (model.patch_embed.grid_size); this model has none')
-    if cfg.kernel_size > min(grid):
-        raise ValueError(
-            f'kernel_size={cfg.kernel_size} is larger than the patch grid {tuple(grid)}; '
-            f'valid: odd sizes <= {min(grid)}')
+    """ ValueError, before any work, when the init cannot apply to a model of this geometry (`model_geometry`). The
+    Q/K solve writes, per head, softmax(s x W_q W_k^T x^T) over the tokens of one patch grid carrying an absolute
+    position table: each way a model departs from that is named, with what the model computes instead. """
+    model = geometry.get('model', 'this model')
+    mimetic = "struct_init 'mimetic' fits it"
     if geometry.get('rotary'):
         # the solve sets the logits x W_q W_k^T x^T; a rotary embedding turns q and k by position before the product,
         # and on eva02_tiny_patch14_224 the maps on the solve's own input keep their argmax on target for 14-46% of
@@ -143,20 +146,27 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
             f"valid: models without rotary embedding (timm VisionTransformer: vit_*, deit_*), or struct_init "
             f"'mimetic'")
     if not geometry.get('has_pos_embed', True):
-        # the solve writes Q/K for a position signal the tokens must carry: without an absolute table (a relative
-        # position bias alone, BEiT's default and vit_relpos_*'s, or pos_embed='none') they carry none at step 0
+        raise ValueError(_no_position_table(geometry, mimetic))
+    shapes = geometry.get('shapes') or []
+    if len(shapes) > 1:
+        raise ValueError(f"impulse init solves Q/K on one patch grid of one width (a ViT's), but {model}'s "
+                         f"attention has (width, heads) {shapes}, stage by stage on pooled grids; {mimetic}")
+    if geometry.get('partial'):
+        name, words = geometry['partial']
+        raise ValueError(f"impulse init solves each head's map over the whole patch grid, but {model}'s attention "
+                         f"{name} does not attend over it ({words}); {mimetic}")
+    grid = geometry['grid_size']
+    if grid is None:
+        raise ValueError(f'impulse init solves Q/K over the patch grid of a ViT (model.patch_embed.grid_size); '
+                         f'{model} has none; {mimetic}')
+    if geometry.get('qk_normalized'):
+        raise ValueError(f"impulse init writes the logits q k^T, but {model} normalizes them first "
+                         f"({geometry['qk_normalized']}), which does not keep the solved maps; build it with "
+                         f"qk_norm=False, or {mimetic}")
+    if cfg.kernel_size > min(grid):
         raise ValueError(
-            "impulse init solves Q/K on the position table the tokens carry, but this model has no absolute position "
-            "embedding (model.pos_embed; a relative position bias alone gives the tokens none); valid: models with "
-            "one (timm VisionTransformer: vit_*, deit_*; BEiT with use_abs_pos_emb=True), or struct_init 'mimetic'")
-    if cfg.vproj == 'mimetic' and geometry.get('inner_norm'):
-        raise ValueError(f"vproj='mimetic' writes the product W_v W_proj, but this model's attention normalizes the "
-                         f"heads' output ({geometry['inner_norm']}) between them; use vproj='keep', or build it "
-                         f"without that norm (scale_attn_norm=False)")
-    windowed = sorted(set(geometry.get('attention', ())) & set(_WINDOWED))
-    if windowed:
-        raise ValueError(f"impulse init writes maps over the whole patch grid, but {windowed[0]} attends within "
-                         f"windows of it ({_WINDOWED[windowed[0]]}); valid: struct_init 'mimetic' on this model")
+            f'kernel_size={cfg.kernel_size} is larger than the patch grid {tuple(grid)}; '
+            f'valid: odd sizes <= {min(grid)}')
     heads = geometry['num_heads']
     if cfg.offsets == 'distinct' and heads > cfg.kernel_size ** 2:
         raise ValueError(
@@ -165,46 +175,27 @@ def check_impulse_model(cfg: ImpulseCfg, geometry: Dict[str, Any]) -> None:
     if cfg.pseudo_input == 'sincos' and geometry['embed_dim'] % 4:
         raise ValueError(
             f"pseudo_input='sincos' needs embed_dim divisible by 4, got {geometry['embed_dim']}")
+    content = geometry.get('content_dims')  # an upper bound from the sizes: exact only where it reaches the width
+    if cfg.content == 'orthogonal' and content is not None and content >= geometry['embed_dim']:
+        content = geometry['content_rank']()
+    if cfg.content == 'orthogonal' and content is not None and content >= geometry['embed_dim']:
+        raise ValueError(
+            f"content='orthogonal' leaves nothing to solve on: the patch embedding's weights, its bias and the "
+            f"all-ones direction span {content} of the {geometry['embed_dim']} directions a token has (each patch "
+            f"has {geometry.get('patch_values')} values), so no position direction is free of content; valid: "
+            f"content='ignore', or a width above the patch's values + 2")
     check_solve_budget(cfg, geometry)
 
 
-def _position_table(model: nn.Module, embed_dim: int, cfg: ImpulseCfg) -> torch.Tensor:
-    """ (N, D) position signal of the patch tokens before LayerNorm: the grid's sin-cos table in float64, unscaled
-    (`pseudo_input='sincos'`; LayerNorm removes the scale), or the model's own patch position embedding as it is
-    now (`'pos_embed'`, float32). """
-    if cfg.pseudo_input == 'sincos':
-        return sincos_pos_embed(tuple(model.patch_embed.grid_size), embed_dim, dtype=torch.float64)[0]
-    table = model.pos_embed.detach().cpu().float()[0]  # the init computes on the CPU wherever the model lives
-    if not getattr(model, 'no_embed_class', False):
-        table = table[getattr(model, 'num_prefix_tokens', 0):]  # drop class / register rows
-    return table
-
-
-def _content_basis(model: nn.Module) -> torch.Tensor:
-    """ (D, c) orthonormal basis of every direction a patch's content can give a token before LayerNorm: the patch
-    embedding's weight range and bias, and the all-ones direction LayerNorm subtracts. """
-    proj = model.patch_embed.proj
-    weight = proj.weight.detach().cpu().double().flatten(1)  # (D, C * p * p): a conv patch embedding is linear per patch
-    columns = [weight, torch.ones(weight.shape[0], 1, dtype=torch.float64)]
-    if getattr(proj, 'bias', None) is not None:
-        columns.append(proj.bias.detach().cpu().double()[:, None])
-    u, s, _ = torch.linalg.svd(torch.cat(columns, 1), full_matrices=False)
-    return u[:, s > 1e-6 * s[0]]
-
-
-def impulse_pseudo_input(model: nn.Module, embed_dim: int, cfg: Any = None) -> torch.Tensor:
+def impulse_pseudo_input(model: nn.Module, embed_dim: int, cfg: Any = None, prefix: bool = False) -> torch.Tensor:
     """ (N, D) pseudo input an impulse init solves on (its first layer's, with `layer_inputs='propagated'`):
     LayerNorm (no affine) of the position table of `cfg` (an `ImpulseCfg` or its dict; None: the 2024 default),
-    with the content directions projected out first when `cfg.content == 'orthogonal'`. """
+    with the content directions projected out first when `cfg.content == 'orthogonal'`. With `prefix`, the rows of
+    the prefix tokens the solve also sees come first ((P + N, D)). """
     if cfg is None or isinstance(cfg, dict):
         names = ImpulseCfg.__dataclass_fields__
         cfg = ImpulseCfg(**{k: v for k, v in (cfg or {}).items() if k in names})
-    table = _position_table(model, embed_dim, cfg)
-    if cfg.content == 'orthogonal':
-        basis = _content_basis(model)
-        table = (table - (table.double() @ basis) @ basis.T).to(table.dtype)
-    # in float64: the float32 result is then the same bits whatever kernels (vector widths) computed the statistics
-    return F.layer_norm(table.double(), (embed_dim,), eps=1e-5).float()
+    return layer_normed(model, embed_dim, cfg, prefix)
 
 
 def _on_cpu(module: nn.Module) -> nn.Module:
@@ -223,78 +214,112 @@ def _row_space_only(x: torch.Tensor, *weights: torch.Tensor) -> Tuple[torch.Tens
 
 
 def _solve(x: torch.Tensor, targets: torch.Tensor, head_dim: int, heads: int, cfg: ImpulseCfg,
-           generator: torch.Generator):
-    wq, wk, info = SOLVERS[cfg.solver](x, targets, head_dim, heads, generator, **cfg.solver_options())
+           generator: torch.Generator, prefix: int = 0):
+    options = cfg.solver_options()
+    if prefix and cfg.solver == 'fast':  # the row space of the grid's rows, the prefix rows' own directions beside
+        options['prefix'] = prefix
+    wq, wk, info = SOLVERS[cfg.solver](x, targets, head_dim, heads, generator, **options)
     if cfg.content == 'orthogonal':
         wq, wk = _row_space_only(x, wq, wk)
     return wq, wk, info
 
 
-def _propagated_solve(model: nn.Module, attns: List[nn.Module], x: torch.Tensor, targets: torch.Tensor,
+def _with_prefix(targets: torch.Tensor, prefix: int) -> torch.Tensor:
+    """ Targets over the P + N tokens the solve sees: prefix queries have none, patch keys move by P. """
+    if not prefix:
+        return targets
+    shifted = torch.where(targets >= 0, targets + prefix, targets)
+    return torch.cat([torch.full((*targets.shape[:-1], prefix), -1, dtype=targets.dtype), shifted], -1)
+
+
+def _propagated_solve(model: nn.Module, layouts: List[AttentionLayout], x: torch.Tensor, targets: torch.Tensor,
                       cfg: ImpulseCfg, generator: torch.Generator):
-    """ Solve and write one layer at a time, each on the patch tokens the blocks before it produce from the
-    position table (prefix tokens left out), so a layer's targets are solved on the input it will see at step 0. """
+    """ Solve and write one layer at a time, each on the tokens the blocks before it produce from the position
+    table, so a layer's targets are solved on the input it will see at step 0. """
     blocks = list(getattr(model, 'blocks', []))
-    if [getattr(b, 'attn', None) for b in blocks] != list(attns) or not all(hasattr(b, 'norm1') for b in blocks):
+    if [getattr(b, 'attn', None) for b in blocks] != [a.module for a in layouts] or \
+            not all(hasattr(b, 'norm1') for b in blocks):
         raise ValueError("layer_inputs='propagated' needs timm ViT blocks (model.blocks[i].norm1 and .attn); "
                          "use layer_inputs='same' for this model")
-    heads, head_dim = attns[0].num_heads, attns[0].qkv.in_features // attns[0].num_heads
-    stream = _position_table(model, x.shape[-1], cfg).float()
+    heads, head_dim = layouts[0].heads, layouts[0].qk_dim
+    stream, prefix = _token_table(model, x.shape[-1], cfg)
+    stream = stream.float()
     if cfg.pseudo_input == 'sincos':
-        stream = stream * cfg.pos_embed_scale  # the residual stream carries the table at the model's scale
-    if cfg.content == 'orthogonal':
-        basis = _content_basis(model).float()
-        stream = stream - (stream @ basis) @ basis.T
+        stream[prefix:] = stream[prefix:] * cfg.pos_embed_scale  # the residual stream carries the table at its scale
     stream, parts = stream.unsqueeze(0), []
-    for i, (block, layer_targets) in enumerate(zip(blocks, targets.split(heads))):
+    for i, (block, layout, layer_targets) in enumerate(zip(blocks, layouts, targets.split(heads))):
         layer_x = x if i == 0 else _on_cpu(block.norm1)(stream)[0].float()
-        wq, wk, info = _solve(layer_x, layer_targets, head_dim, heads, cfg, generator)
-        write_qk_(block.attn, wq.to(block.attn.qkv.weight.dtype), wk.to(block.attn.qkv.weight.dtype))
-        zero_attention_bias_(block.attn, qk=True, vproj=False)
+        wq, wk, info = _solve(layer_x, layer_targets, head_dim, heads, cfg, generator, prefix)
+        layout.write_qk_(wq, wk)
+        layout.zero_bias_(qk=True, vproj=False)
         parts.append(info)
         was_training = block.training
         block.eval()  # no dropout or drop-path in the carried tokens
-        stream = _on_cpu(block)(stream.to(block.attn.qkv.weight.dtype)).float()
+        stream = _on_cpu(block)(stream.to(layout.q.linear.weight.dtype)).float()
         block.train(was_training)
     return {k: torch.cat([p[k] for p in parts]) for k in ('objective', 'hit_rate', 'target_mass')}
 
 
+def _hint(cfg: ImpulseCfg) -> str:
+    """ What to try when the init does not hold. """
+    if cfg.content == 'orthogonal':
+        return "content='ignore'"
+    if cfg.pseudo_input == 'pos_embed':
+        return "a larger pos_embed_scale (impulse2025 uses 18)"
+    return "struct_init 'impulse2025' (its closed form writes sharper maps)"
+
+
 @torch.no_grad()
-def impulse_init_(model: nn.Module, attns: List[nn.Module], cfg: ImpulseCfg, generator: torch.Generator):
-    """ Write impulse Q/K (and, if cfg.vproj == 'mimetic', V/proj) into every attention module. """
-    dim, heads = attns[0].qkv.in_features, attns[0].num_heads
-    head_dim = dim // heads
+def impulse_init_(model: nn.Module, layouts: List[AttentionLayout], cfg: ImpulseCfg, generator: torch.Generator):
+    """ Write impulse Q/K (and, if cfg.vproj == 'mimetic', V/proj) into every attention, then measure the maps in the
+    model's own forward pass on position alone (`MEASURED_ON`): the record's hit rates and masses are those, and an
+    init whose first attention does not hold there (`HOLDS_AT`) raises, so that the model is restored. """
+    layouts = [layout_of(a) for a in layouts]
+    dim, heads = layouts[0].dim_in, layouts[0].heads
+    head_dim = layouts[0].qk_dim
     grid = tuple(model.patch_embed.grid_size)
+    table_rule = 'the model\'s own table'
     if cfg.pos_embed_scale != getattr(model, 'pos_embed_scale', 1.0):
         set_pos_embed_scale_(model, cfg.pos_embed_scale)  # the model keeps the scaled table (the 2025 authors' code)
-    x = impulse_pseudo_input(model, dim, cfg)
-    solved_layers = 1 if cfg.share_layers else len(attns)
+    if cfg.pseudo_input == 'sincos' and learned_table(model):
+        write_sincos_table_(model, cfg.pos_embed_scale)
+        table_rule = 'the sin-cos table the solve assumes, written into the model\'s learned table'
+
+    x = impulse_pseudo_input(model, dim, cfg, prefix=True)
+    prefix = x.shape[0] - grid[0] * grid[1]
+    solved_layers = 1 if cfg.share_layers else len(layouts)
     offsets = [draw_offsets(heads, cfg.kernel_size, cfg.offsets, generator) for _ in range(solved_layers)]
-    targets = torch.stack([impulse_target(grid, o, cfg.border) for layer in offsets for o in layer])
+    targets = _with_prefix(torch.stack([impulse_target(grid, o, cfg.border) for layer in offsets for o in layer]),
+                           prefix)
     if cfg.layer_inputs == 'propagated':
         if cfg.vproj == 'mimetic':  # the carried tokens must pass through the V/proj the model starts with
-            mimetic_vproj_init_(attns, MimeticCfg(), generator)
-        info = _propagated_solve(model, attns, x, targets, cfg, generator)
+            mimetic_vproj_init_(layouts, MimeticCfg(), generator)
+        info = _propagated_solve(model, layouts, x, targets, cfg, generator)
     else:
-        wq, wk, info = _solve(x, targets, head_dim, heads, cfg, generator)
+        wq, wk, info = _solve(x, targets, head_dim, heads, cfg, generator, prefix)
         wq, wk = wq.view(solved_layers, heads, dim, head_dim), wk.view(solved_layers, heads, dim, head_dim)
-        for i, attn in enumerate(attns):
-            src = 0 if cfg.share_layers else i
-            dtype = attn.qkv.weight.dtype
-            write_qk_(attn, wq[src].to(dtype), wk[src].to(dtype))
-            zero_attention_bias_(attn, qk=True, vproj=False)
+        for i, layout in enumerate(layouts):
+            layout.write_qk_(wq[0 if cfg.share_layers else i], wk[0 if cfg.share_layers else i])
+            layout.zero_bias_(qk=True, vproj=False)
         if cfg.vproj == 'mimetic':
-            mimetic_vproj_init_(attns, MimeticCfg(), generator)
+            mimetic_vproj_init_(layouts, MimeticCfg(), generator)
 
     def per_layer(values: torch.Tensor) -> List[List[float]]:
         rows = values.view(solved_layers, heads).tolist()
-        return [rows[0 if cfg.share_layers else i] for i in range(len(attns))]
+        return [rows[0 if cfg.share_layers else i] for i in range(len(layouts))]
+    layer_offsets = [[list(o) for o in offsets[0 if cfg.share_layers else i]] for i in range(len(layouts))]
+    measured = measured_hits(model, layouts, layer_offsets, grid, cfg.border)
+    check_holds(model, measured, prefix + grid[0] * grid[1], _hint(cfg))
     return {
         'solver': cfg.solver,
-        'offsets': [[list(o) for o in offsets[0 if cfg.share_layers else i]] for i in range(len(attns))],
+        'offsets': layer_offsets,
         'objective': per_layer(info['objective']),
-        'hit_rate': per_layer(info['hit_rate']),
-        'target_mass': per_layer(info['target_mass']),
+        **measured,
+        'measured_on': MEASURED_ON,
+        'solve': {'hit_rate': per_layer(info['hit_rate']), 'target_mass': per_layer(info['target_mass']),
+                  'input': f'the pseudo input the solve used (LayerNorm of {cfg.pseudo_input} table'
+                           f'{", with the prefix tokens" if prefix else ""})'},
         'objective_mean': float(info['objective'].mean()),
         'grid_size': list(grid),
+        'position_table': table_rule,
     }

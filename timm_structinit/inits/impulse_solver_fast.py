@@ -17,7 +17,7 @@ from .threads import denormals_flushed, parallel_tasks
 __all__ = ['solve_fast', 'fast_evaluations', 'WARM_START']
 
 
-def _row_space(x: torch.Tensor, rtol: float = 1e-3) -> Tuple[torch.Tensor, torch.Tensor]:
+def _row_space(x: torch.Tensor, rtol: float = 1e-3, prefix: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     """ X ~ Y V^T with V (D, r) orthonormal over the directions of X whose singular values are above rtol x the
     largest; Y = X V has orthogonal columns of norm s_1 >= s_2 >= ... (Y = U S).
 
@@ -25,7 +25,16 @@ def _row_space(x: torch.Tensor, rtol: float = 1e-3) -> Tuple[torch.Tensor, torch
     the largest moves them by under 1e-6 of what the largest does: the solve leaves those to the start (for the
     LayerNormed sin-cos table, whose spectrum falls in pairs, r = 17 at every width on a 16 x 16 grid; the
     objective on X and on Y V^T then agree to 4 digits, and the N x N work is 20% less than at 1e-5, r = 21-23).
-    From the float64 eigendecomposition of the smaller Gram matrix (X^T X or X X^T), a fraction of an SVD of X. """
+    From the float64 eigendecomposition of the smaller Gram matrix (X^T X or X X^T), a fraction of an SVD of X.
+
+    With `prefix`, the first rows (a model's class and register tokens) do not enter the eigendecomposition: the
+    basis is that of the other rows (the grid's position table), and the prefix rows are taken in it (Y = X V for
+    every row). A prefix row mixed into a sin-cos table's equal pairs would split them slightly, and their
+    eigenvectors would then turn with the kernels' last bits; the prefix tokens the solve sees carry no position
+    (their key is about 0 at timm's init), so their part outside the grid's directions is nothing to solve on. """
+    if prefix:
+        _, v = _row_space(x[prefix:], rtol)
+        return (x.double() @ v.double()).to(x.dtype), v
     x64 = x.double()
     n, dim = x64.shape
     gram = x64.mT @ x64 if dim <= n else x64 @ x64.mT
@@ -151,8 +160,8 @@ class _CappedProblem:
     `warm_start`, c and e start from the start's plus `_closed_form_start` at that fraction of its norm. """
 
     def __init__(self, x: torch.Tensor, targets: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, nq: torch.Tensor,
-                 warm_start: float = 0.0):
-        self.y, self.v = _row_space(x)
+                 warm_start: float = 0.0, prefix: int = 0):
+        self.y, self.v = _row_space(x, prefix=prefix)
         self.nq = nq
         c, e = self.v.T @ wq, self.v.T @ wk
         self.q_perp = wq - self.v @ c
@@ -235,9 +244,10 @@ def solve_fast(
         iters: int = 0,
         reuse_solutions: bool = True,
         warm_start: float = WARM_START,
+        prefix: int = 0,
 ) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, Any]]:
     """ The 2024 problem under the same cap, solved over 400x faster than the reference.
-    targets (B, N).
+    targets (B, N); `prefix`: the first rows of x are prefix tokens (keys with no target, `_row_space`).
 
     Why it is fast:
     * The objective sees Q and K only through X Q and X K, and the LayerNormed sin-cos pseudo input has low
@@ -273,7 +283,7 @@ def solve_fast(
     wq, wk = wq.double(), wk.double()
     nq = wq.norm(dim=-2).mean()  # as the reference: the mean initial column norm over the batch's starts
     with denormals_flushed():
-        problem = _CappedProblem(x.double(), solved, wq, wk, nq, warm_start)
+        problem = _CappedProblem(x.double(), solved, wq, wk, nq, warm_start, prefix)
         z, _ = minimize(problem.value_and_grad, problem.start, iters, precond=problem.precond)
         wq, wk = problem.weights(z)
         wq, wk = wq.to(x.dtype), wk.to(x.dtype)

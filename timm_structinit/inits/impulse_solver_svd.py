@@ -17,6 +17,9 @@ def _trunc_normal(shape: Tuple[int, ...], std: float, a: float, b: float, genera
     """ Float32 draws of N(0, std^2) cut to [a, b] as timm's `trunc_normal_` makes them (the authors' noise): the
     inverse normal CDF of one uniform draw per value, so the cost is one pass whatever the cut (torch's
     `nn.init.trunc_normal_` redraws the whole tensor while any value falls outside), and a `generator` is used. """
+    if std == 0:  # noise_std=0: no noise (the cut's CDF would divide by zero)
+        return torch.zeros(shape)
+
     def cdf(v: float) -> float:  # timm's arithmetic, step for step, so the same stream gives the same bits
         return (1. + math.erf((v / std) / math.sqrt(2.))) / 2.
     out = torch.empty(shape).uniform_(2 * cdf(a) - 1, 2 * cdf(b) - 1, generator=generator)

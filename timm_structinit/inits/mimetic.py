@@ -37,15 +37,17 @@ zero: in float32 the Gram matrix squares A's condition number, the small eigenva
 the left factor gets columns of ~1e33 while the matching right column is 0, a product that still looks right.
 """
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import groupby
 from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import nn
 
-from .canonical import CLUSTER_RTOL, balance_, canonical_basis
-from .heads import head_dim_of, write_qk_, write_vproj_, zero_attention_bias_
+from .canonical import CLUSTER_RTOL, _reference, balance_, canonical_basis
+from .heads import layout_of
+from .layouts import AttentionLayout
 from .threads import parallel_map
 
 __all__ = [
@@ -184,46 +186,110 @@ def draw_mimetic_targets(
 
 @torch.no_grad()
 def check_mimetic_model(cfg: MimeticCfg, geometry: Dict[str, Any]) -> None:
-    """ ValueError, before any work, when the model's attention does not keep the products mimetic writes. """
-    if cfg.vproj and geometry.get('inner_norm'):
-        raise ValueError(f"mimetic init writes the product W_v W_proj, but this model's attention normalizes the "
-                         f"heads' output ({geometry['inner_norm']}) between them; build it without that norm "
-                         f"(scale_attn_norm=False, EVA: scale_attn_inner=False), or pass vproj=False")
+    """ Mimetic init is defined per attention, whatever its layout or width (`layouts`): nothing to refuse here. """
 
 
-def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator) -> Dict[str, Any]:
-    """ Write mimetic Q/K (and V/proj) weights into fused-qkv attention modules of equal width; zero their biases.
+def isometry(rows: int, cols: int) -> torch.Tensor:
+    """ (rows, cols) float64 with orthonormal rows (rows <= cols), the same everywhere: the QR of the fixed
+    pseudo-random reference `canonical` uses, each column's sign set by R's diagonal. It draws nothing from an init's
+    generator, so the targets an init draws do not depend on which layers need one. """
+    q, r = torch.linalg.qr(_reference(cols, rows))
+    return (q * torch.where(r.diagonal() < 0, -1.0, 1.0)).T
 
-    One batched factorization covers every head of every layer. Returns a record of what was written.
-    """
-    dim, heads = attns[0].qkv.in_features, attns[0].num_heads
-    if any(a.qkv.in_features != dim or a.num_heads != heads for a in attns):
-        raise ValueError('mimetic_init_ expects attention modules of equal width and head count')
-    k = head_dim_of(attns[0])
-    record = {'num_layers': len(attns), 'num_heads': heads, 'head_dim': k}
-    if not cfg.qk:
-        mimetic_vproj_init_(attns, cfg, generator)
-        return record
-    targets = draw_mimetic_targets(dim, heads, len(attns), cfg, generator)
-    wq, wk = truncated_factors(targets['qk'].reshape(-1, dim, dim), k)
-    wq, wk = wq.reshape(len(attns), heads, dim, k), wk.reshape(len(attns), heads, dim, k)
-    if cfg.vproj:
-        wv, wproj = balanced_factors(targets['vproj'])
-    for i, attn in enumerate(attns):
-        dtype = attn.qkv.weight.dtype
-        write_qk_(attn, wq[i].to(dtype), wk[i].to(dtype))
-        if cfg.vproj:
-            write_vproj_(attn, wv[i].to(dtype), wproj[i].to(dtype))
-        zero_attention_bias_(attn, qk=True, vproj=cfg.vproj)
-    return record
+
+def _widened(left: torch.Tensor, right: torch.Tensor, width: int):
+    """ Factors left (B, D, r) and right (B, D, r) of a product left right^T, carried to `width` > r columns by an
+    isometry R (r x width, R R^T = I): (left R, right R), whose product is the same. A wider space than the product's
+    rank gets every column used (zero columns would stay zero under training: their gradients are 0). """
+    if left.shape[-1] >= width:
+        return left, right
+    iso = isometry(left.shape[-1], width)
+    return (left.double() @ iso).to(left.dtype), (right.double() @ iso).to(right.dtype)
+
+
+def _vproj_factors(targets: torch.Tensor, inner: int):
+    """ W_v (B, D, inner) and W_proj (B, inner, D) with W_v W_proj the best rank-min(D, inner) approximation of each
+    target (all of it when inner >= D), balanced as U S^1/2 and S^1/2 V^T. """
+    dim = targets.shape[-1]
+    if inner >= dim:
+        left, right = balanced_factors(targets)
+        left, right = _widened(left, right.mT, inner)
+        return left, right.mT
+    left, right = truncated_factors(targets, inner)
+    return left, right.mT
+
+
+def _groups(layouts: List[AttentionLayout]) -> List[List[AttentionLayout]]:
+    """ Consecutive attentions of one shape (a stage of a hierarchical model, all of a ViT's), written in one batch. """
+    return [list(group) for _, group in groupby(layouts, key=lambda a: a.shape())]
 
 
 @torch.no_grad()
-def mimetic_vproj_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator) -> None:
-    """ Write only the mimetic V/proj product B = a2 Z' + s_vp b2 I (the 2025 impulse init does this). """
-    dim = attns[0].qkv.in_features
-    wv, wproj = balanced_factors(_scaled_noise_plus_identity(
-        (len(attns), dim, dim), dim, cfg.noise_dist, cfg.vproj_noise, cfg.vproj_sign * cfg.vproj_identity, generator))
-    for i, attn in enumerate(attns):
-        write_vproj_(attn, wv[i].to(attn.qkv.weight.dtype), wproj[i].to(attn.qkv.weight.dtype))
-        zero_attention_bias_(attn, qk=False, vproj=True)
+def _mimetic_group_(layouts: List[AttentionLayout], cfg: MimeticCfg, generator: torch.Generator) -> Dict[str, Any]:
+    first = layouts[0]
+    dim, heads, k, inner = first.dim_in, first.heads, first.qk_dim, first.heads * first.v_dim
+    vproj = cfg.vproj and first.square
+    record: Dict[str, Any] = {'num_layers': len(layouts), 'num_heads': heads, 'head_dim': k}
+    if inner != dim or first.dim_out != dim:
+        record.update(value_dim=first.v_dim, dim_in=dim, dim_out=first.dim_out)
+    if cfg.vproj and not vproj:
+        # the paper's -I maps a token to itself; an attention that changes the width (a stage transition) has none
+        record['vproj'] = f'kept: the attention maps width {first.v.in_features} to {first.dim_out}'
+    if not cfg.qk:
+        if vproj:
+            _write_vproj_(layouts, _draw_vproj(dim, len(layouts), cfg, generator), inner)
+        return record
+    targets = draw_mimetic_targets(dim, heads, len(layouts), replace(cfg, vproj=vproj), generator)
+    wq, wk = truncated_factors(targets['qk'].reshape(-1, dim, dim), min(k, dim))
+    wq, wk = _widened(wq, wk, k)
+    wq, wk = wq.reshape(len(layouts), heads, dim, k), wk.reshape(len(layouts), heads, dim, k)
+    if vproj:
+        wv, wproj = _vproj_factors(targets['vproj'], inner)
+    for i, layout in enumerate(layouts):
+        layout.write_qk_(wq[i], wk[i])
+        if vproj:
+            layout.write_vproj_(wv[i], wproj[i])
+        layout.zero_bias_(qk=True, vproj=vproj)
+    return record
+
+
+def mimetic_layouts_(layouts: List[AttentionLayout], cfg: MimeticCfg, generator: torch.Generator) -> Dict[str, Any]:
+    """ Write mimetic Q/K (and V/proj) into attentions of any layout and width, zeroing the biases of what is written.
+
+    Consecutive attentions of one shape are one batch (a ViT's all, a hierarchical model's stages), each batch drawing
+    its Q/K targets and then its V/proj ones, in forward order. Q/K per head: the best rank-k approximation of
+    A = a1 Z + s b1 I (D_in x D_in); V/proj: W_v W_proj = B = a2 Z' + s b2 I where the value path maps a token's width
+    to itself (the best rank-h d_v approximation when h d_v < D); an attention that changes the width keeps its V/proj
+    and the record says so. A value space wider than D (h d_v > D) gets the D x D factors through a fixed isometry
+    (`isometry`), so that every channel starts in use. Returns the record of what was written (per stage when there are several).
+    """
+    records = [_mimetic_group_(group, cfg, generator) for group in _groups(layouts)]
+    return records[0] if len(records) == 1 else {'stages': records}
+
+
+def mimetic_init_(attns: List[nn.Module], cfg: MimeticCfg, generator: torch.Generator) -> Dict[str, Any]:
+    """ `mimetic_layouts_` on attention modules (each read by `layout_of`). """
+    return mimetic_layouts_([layout_of(a) for a in attns], cfg, generator)
+
+
+def _draw_vproj(dim: int, layers: int, cfg: MimeticCfg, generator: torch.Generator) -> torch.Tensor:
+    return _scaled_noise_plus_identity((layers, dim, dim), dim, cfg.noise_dist, cfg.vproj_noise,
+                                       cfg.vproj_sign * cfg.vproj_identity, generator)
+
+
+def _write_vproj_(layouts: List[AttentionLayout], targets: torch.Tensor, inner: int):
+    wv, wproj = _vproj_factors(targets, inner)
+    for i, layout in enumerate(layouts):
+        layout.write_vproj_(wv[i], wproj[i])
+        layout.zero_bias_(qk=False, vproj=True)
+
+
+@torch.no_grad()
+def mimetic_vproj_init_(attns: List[Any], cfg: MimeticCfg, generator: torch.Generator) -> None:
+    """ Write only the mimetic V/proj product B = a2 Z' + s_vp b2 I (the 2025 impulse init does this), stage by
+    stage, into every attention whose value path maps a token's width to itself. """
+    layouts = [a if isinstance(a, AttentionLayout) else layout_of(a) for a in attns]
+    for group in _groups(layouts):
+        if group[0].square:
+            _write_vproj_(group, _draw_vproj(group[0].dim_in, len(group), cfg, generator),
+                          group[0].heads * group[0].v_dim)
