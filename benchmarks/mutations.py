@@ -15,9 +15,19 @@ and its tests are copied to a fresh temporary folder (beside a link to ../shared
 replacements made there (a mutant never touches the working tree), and the test files named for it run with that copy
 first on the path, until the first failure. The result lists every mutation with the test that caught it; a mutation no
 test fails is `SURVIVED`. `--only NAME ...` runs some of them.
+
+`--list FILE` takes the mutations of another file written in this format (its `MUTATIONS`, of this module's
+`Mutation`), and `--fast-subset` runs each mutant against the whole fast subset (`-m "not slow"`, every test file,
+until the first failure) instead of the tests named for it: what a bug meets when nobody chose its tests. The copy is
+then the whole working tree (every file git tracks or would), so the tests of the command lines, the docs and the
+benchmarks find what they read. `-n 2` runs the tests in two processes (pytest-xdist).
+
+    python benchmarks/mutations.py --list benchmarks/mutations_second_pass.py --fast-subset -n 2 \
+        --out benchmarks/results/mutations_second_pass.txt
 """
 import argparse
 import datetime
+import importlib.util
 import os
 import platform
 import re
@@ -29,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from results_file import write_lines
 
@@ -46,6 +56,8 @@ LOADER_TESTS = 'tests/test_pipeline_loaders.py'
 TRAINING_TESTS = 'tests/test_pipeline_training.py'
 EXPORT_TESTS = 'tests/test_pipeline_export.py'
 COMPARE_TESTS = 'tests/test_compare.py'
+# every test of the fast subset, whatever file it is in
+FAST_SUBSET = ('-m', 'not slow')
 
 
 @dataclass(frozen=True)
@@ -407,7 +419,18 @@ MUTATIONS = [
 ]
 
 
-def _copy_tree(work: Path) -> None:
+def _copy_tree(work: Path, whole: bool = False) -> None:
+    """ The package, its tests and pyproject.toml into `work`; with `whole`, every file of the working tree that git
+    tracks or would track (its ignored files, a venv or build outputs, stay behind). """
+    if whole:
+        listed = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'], cwd=REPO,
+                                capture_output=True, check=True).stdout.decode().split('\0')
+        for name in filter(None, listed):
+            source = REPO / name
+            if source.is_file():  # a file deleted but not yet committed is listed all the same
+                (work / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, work / name)
+        return
     shutil.copytree(REPO / 'timm_structinit', work / 'timm_structinit',
                     ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
     shutil.copytree(REPO / 'tests', work / 'tests', ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
@@ -427,21 +450,24 @@ def _failed_tests(output: str):
     return sorted({m.group(1) for m in re.finditer(r'^(?:FAILED|ERROR) (\S+)', output, re.M)})
 
 
-def run_mutation(mutation: Mutation, timeout: float) -> Tuple[str, list, float]:
-    """ ('caught' | 'SURVIVED' | 'timeout', the failed test ids, seconds) of one mutant in a fresh copy. """
+def run_mutation(mutation: Mutation, timeout: float, tests: Optional[Sequence[str]] = None,
+                 workers: int = 0) -> Tuple[str, list, float]:
+    """ ('caught' | 'SURVIVED' | 'timeout', the failed test ids, seconds) of one mutant in a fresh copy, against
+    `tests` (pytest's arguments; the mutation's own by default) in `workers` processes (0: in pytest's own). """
+    tests = mutation.tests if tests is None else tests
     with tempfile.TemporaryDirectory(prefix='structinit-mutant-') as folder:
         work = Path(folder) / REPO.name
         shared = REPO.parent / 'shared'
         if shared.is_dir():  # the tests find ../shared (CIFAR-10, timm's scripts) beside the copy, as beside the repo
             (Path(folder) / 'shared').symlink_to(shared, target_is_directory=True)
-        _copy_tree(work)
+        _copy_tree(work, whole=tests == FAST_SUBSET)
         _apply(work, mutation)
         env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
         start = time.perf_counter()
         try:
             done = subprocess.run(
                 [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider', '-rfE', '--no-header',
-                 '-o', 'addopts=', *mutation.tests],
+                 '-o', 'addopts=', *(['-n', str(workers), '--dist', 'loadgroup'] if workers else []), *tests],
                 cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return 'timeout', [], time.perf_counter() - start
@@ -453,30 +479,49 @@ def run_mutation(mutation: Mutation, timeout: float) -> Tuple[str, list, float]:
         return ('caught' if failed else 'SURVIVED'), failed, seconds
 
 
+def load_mutations(path: str) -> List[Mutation]:
+    """ The `MUTATIONS` of another file in this format. """
+    sys.modules.setdefault('mutations', sys.modules[__name__])  # its `from mutations import ...`: this module
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MUTATIONS)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--list', metavar='FILE', help="another file's MUTATIONS instead of this one's")
     parser.add_argument('--only', nargs='+', metavar='NAME', help='run only these mutations')
+    parser.add_argument('--fast-subset', action='store_true',
+                        help='run every mutant against the whole fast subset (-m "not slow"), not its own tests')
+    parser.add_argument('-n', dest='workers', type=int, default=0, metavar='N',
+                        help='run the tests in N processes (pytest-xdist); 0: in one')
     parser.add_argument('--timeout', type=float, default=900, help='seconds per mutant')
     parser.add_argument('--out', help='write the result here too')
     args = parser.parse_args(argv)
-    names = [m.name for m in MUTATIONS]
+    mutations = load_mutations(args.list) if args.list else MUTATIONS
+    names = [m.name for m in mutations]
+    if len(set(names)) != len(names):
+        parser.error(f'mutation names given twice: {sorted({n for n in names if names.count(n) > 1})}')
     unknown = sorted(set(args.only or ()) - set(names))
     if unknown:
         parser.error(f'unknown mutation(s) {unknown}; valid: {names}')
-    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
-    lines = [f'# command: python benchmarks/mutations.py{" --only " + " ".join(args.only) if args.only else ""}'
-             f'{" --out " + args.out if args.out else ""}',
+    chosen = [m for m in mutations if not args.only or m.name in args.only]
+    tests = FAST_SUBSET if args.fast_subset else None
+    lines = [f'# command: python benchmarks/mutations.py {shlex.join(argv if argv is not None else sys.argv[1:])}',
              f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
-             f'# machine: {platform.machine()}, python {platform.python_version()}; each mutant in a fresh copy of '
-             f'the package, the selected tests run until the first failure (-x)', '']
+             f'# machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}; each '
+             f'mutant in a fresh copy of the ' + ('working tree, the whole fast subset' if args.fast_subset else
+                                                  'package, the selected tests') +
+             f' run until the first failure (-x){f" in {args.workers} processes" if args.workers else ""}', '']
     for line in lines:
         print(line, flush=True)
     survived = 0
     for mutation in chosen:
-        verdict, failed, seconds = run_mutation(mutation, args.timeout)
+        verdict, failed, seconds = run_mutation(mutation, args.timeout, tests, args.workers)
         survived += verdict != 'caught'
         block = [f'{mutation.name}: {mutation.what}',
-                 f'  {verdict} ({len(failed)} failed, {seconds:.0f}s; ran {shlex.join(mutation.tests)})']
+                 f'  {verdict} ({len(failed)} failed, {seconds:.0f}s; ran {shlex.join(tests or mutation.tests)})']
         block += [f'    {test}' for test in failed]
         for line in block:
             print(line, flush=True)
