@@ -557,7 +557,7 @@ def test_the_header_names_the_model_the_runs_build_and_each_runs_share(tmp_path)
 # --- the files compare reads back ----------------------------------------------------------------------------------
 
 def _result(arm='plain', seed=0, **changes):
-    record = dict(arm=arm, seed=seed, final_top1=50.0, best_top1=51.0, epochs=1, curve=[50.0], curve_epochs=[1],
+    record = dict(arm=arm, seed=seed, final_top1=50.0, best_top1=50.0, epochs=1, curve=[50.0], curve_epochs=[1],
                   train_loss=[2.0], seconds=10.0, resumed=False, command=['python'], date='2026-11-27T10:00:00')
     record.update(changes)
     return {k: v for k, v in record.items() if v is not None}
@@ -565,14 +565,14 @@ def _result(arm='plain', seed=0, **changes):
 
 DAMAGED = [
     ('runs/plain_s0/result.json', json.dumps(_result(arm=None)), "has no 'arm'"),
-    ('runs/plain_s0/result.json', json.dumps(_result(final_top1='51.2')), "its 'final_top1' is \"51.2\", not a number"),
+    ('runs/plain_s0/result.json', json.dumps(_result(final_top1='51.2')), 'its final_top1 is "51.2": should be a valid number'),
     ('runs/plain_s0/result.json', '{"arm": "plain", "se', 'is not valid JSON'),
     ('runs/plain_s0/result.json', '', 'is empty'),
     ('runs/plain_s0/result.json', json.dumps(_result(arm='mimetic')), "the result of 'mimetic' seed 0"),
     ('compare.json', '[1, 2]', 'holds a JSON list, not an object'),
     ('compare.json', 'garbage', 'is not valid JSON'),
     ('compare.json', json.dumps(dict(model='m', model_kwargs={}, train_options=[], arms=['plain'])), "no 'reference'"),
-    ('runs/plain_s0/elapsed.json', '{"seconds": -1, "parts": 1}', "its 'seconds' is -1, not a number of seconds"),
+    ('runs/plain_s0/elapsed.json', '{"seconds": -1, "parts": 1}', 'its seconds is -1: should be at least 0'),
 ]
 # a call that trains reads every file; --report reads the settings and the results
 CALLS = [(*case, call) for case in DAMAGED for call in ('report', 'train')

@@ -80,9 +80,12 @@ def is_done(folder: Path) -> bool:
 
 
 def read_summary(path: Path) -> List[dict]:
-    import csv
-    with open(path, newline='') as f:
-        return [{k: float(v) for k, v in row.items() if v not in ('', None)} for row in csv.DictReader(f)]
+    """ The rows of a run's summary.csv, held to its schema (`SummaryRow`: an epoch, top-1 in [0, 100], finite
+    numbers), each value as a number; ConfigError naming the file, its line and the field otherwise. """
+    from ..utils.file_schema import SummaryRow, read_csv
+    rows = read_csv(path, SummaryRow, "the run's summary of its epochs is not what it wrote; delete the run's folder "
+                                      "to train it again, or start another --out")
+    return [{k: float(v) for k, v in row.model_dump(exclude_none=True).items()} for row in rows]
 
 
 def _start(spec: RunSpec, log_dir: Path) -> _Active:

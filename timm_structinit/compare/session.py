@@ -20,7 +20,8 @@ from ..utils.atomic import atomic_file
 from .cores import CoreShare
 from .estimate import RunEstimate
 from .plan import Plan, folder_name, run_name
-from .records import ELAPSED_FILE, RESULT_FILE, SETTINGS_FILE, read_elapsed, read_result, read_results, read_settings
+from .records import (ELAPSED_FILE, RESULT_FILE, SETTINGS_FILE, check_result, read_elapsed, read_result, read_results,
+                      read_settings)
 from .report import result_record, test_split_line, write_report
 from .runner import RunSpec, read_summary, run_all
 
@@ -50,6 +51,7 @@ def _finish(arm_of: Dict[str, Any], device: Dict[str, Any]):
         parts = (read_elapsed(spec.folder / ELAPSED_FILE) or (seconds, 1))[1]
         result = result_record(arm.label, seed, rows, seconds, resumed, spec.command, device,
                                datetime.datetime.now().isoformat(timespec='seconds'), parts)
+        result = check_result(spec.folder / RESULT_FILE, result)  # what a later call reads back, held to it now
         with atomic_file(spec.folder / RESULT_FILE) as tmp:
             tmp.write_text(json.dumps(result, indent=1) + '\n')
         return result

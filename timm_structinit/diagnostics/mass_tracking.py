@@ -93,10 +93,11 @@ def _layer_masses(model: nn.Module, images) -> List[float]:
 
 
 def _read_rows(path: str) -> List[Dict[str, float]]:
+    """ The rows of `target_mass.csv`, held to its schema (`TargetMassRow`; a resumed run's checks read it first). """
     if not os.path.exists(path):
         return []
-    with open(path, newline='') as f:
-        return [{k: (int(v) if k == 'epoch' else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    from ..utils.file_schema import TargetMassRow, read_csv
+    return [row.model_dump() for row in read_csv(path, TargetMassRow, 'delete it: the tracking then starts again')]
 
 
 def mass_columns(row: Optional[Dict[str, float]]) -> Dict[str, float]:
