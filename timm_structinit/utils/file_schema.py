@@ -82,8 +82,10 @@ Model = TypeVar('Model', bound=BaseModel)
 _JSON_KINDS = {list: 'list', str: 'string', int: 'number', float: 'number', bool: 'true or false', type(None): 'null'}
 
 
-def _shown(value: Any) -> str:
-    """ A value as the file writes it, short. """
+def _shown(value: Any, text: bool = False) -> str:
+    """ A value as the file writes it, short (`text`: a CSV file's, which holds text unquoted). """
+    if text and isinstance(value, str):
+        return value if len(value) <= 40 else value[:40] + '...'
     if isinstance(value, float) and not math.isfinite(value):
         return 'NaN' if math.isnan(value) else ('Infinity' if value > 0 else '-Infinity')
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 18:
@@ -108,8 +110,9 @@ def _field(loc) -> str:
     return text
 
 
-def violation(error: ValidationError) -> str:
-    """ What is wrong, on one line, from pydantic's first error: the field, its value and what it must be. """
+def violation(error: ValidationError, text: bool = False) -> str:
+    """ What is wrong, on one line, from pydantic's first error: the field, its value (as a CSV file holds it with
+    `text`) and what it must be. """
     first = error.errors(include_url=False)[0]
     kind, loc, message = first['type'], first['loc'], first['msg']
     if kind == 'json_invalid':
@@ -127,7 +130,7 @@ def violation(error: ValidationError) -> str:
     message = message.replace('less than or equal to', 'at most').replace('greater than or equal to', 'at least')
     if kind in ('value_error', 'assertion_error') and not loc:
         return message
-    return f'its {field} is {_shown(first["input"])}: {"should be " if kind != "value_error" else ""}{message}'
+    return f'its {field} is {_shown(first["input"], text)}: {"should be " if kind != "value_error" else ""}{message}'
 
 
 def _refused(path: Union[str, Path], problem: str, fix: str) -> ConfigError:
@@ -177,7 +180,7 @@ def read_csv(path: Union[str, Path], row: Type[Model], fix: str, limit: int = MA
             try:
                 rows.append(row.model_validate({k: v for k, v in values.items() if v not in ('', None)}))
             except ValidationError as e:
-                raise _refused(path, f'line {number}: {violation(e)}', fix) from None
+                raise _refused(path, f'line {number}: {violation(e, text=True)}', fix) from None
     except csv.Error as e:
         raise _refused(path, f'is not a CSV file ({e})', fix) from None
     return rows
