@@ -136,7 +136,7 @@ def test_a_stop_while_the_loader_forks_is_raised_after_it():
     reached = False
     try:
         with pytest.raises(failures.RunStopped) as stopped:
-            with failures._stops_held():
+            with failures.stops_held():
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.01)
                 reached = True

@@ -5,7 +5,7 @@ left) shown as it goes, and a result written when it ends. One place starts, res
 
 A run is done when its folder holds `result.json`; a stopped run's folder holds the training command's
 `last.pth.tar`, and the next call resumes it with `--resume` (epochs are seeded, so the resumed run is the one that
-would have run); the seconds of its earlier parts are kept beside it (`elapsed.json`), so a run's time counts every
+would have run); a folder that holds a finished epoch's results is never removed; the seconds of its earlier parts are kept beside it (`elapsed.json`), so a run's time counts every
 part of it. With a deadline, a run starts only if the longest finished run (or, before any finished, the estimate
 given) would still end before it, and the runs under way at the deadline are stopped as Ctrl-C stops them, keeping
 their checkpoints. Ctrl-C or SIGTERM to the caller stops every run the same way. The progress shown off a terminal
@@ -75,6 +75,10 @@ class _Active:
     reader: Optional[threading.Thread] = None
 
 
+class KeptResults(RuntimeError):
+    """ A run's folder holds results of finished epochs that it cannot resume from: the run is not started. """
+
+
 def is_done(folder: Path) -> bool:
     return (folder / RESULT_FILE).is_file()
 
@@ -89,10 +93,15 @@ def read_summary(path: Path) -> List[dict]:
 
 
 def _start(spec: RunSpec, log_dir: Path) -> _Active:
+    from ..train.inputs import resumable_checkpoint
+    from ..train.output import holds_finished_epoch
     command = list(spec.command)
-    resumed = (spec.folder / 'last.pth.tar').is_file()
+    resumed = resumable_checkpoint(str(spec.folder)) is not None
     if resumed:
-        command += ['--resume', str(spec.folder)]
+        command += ['--resume', str(spec.folder)]  # its last.pth.tar, or its latest epoch's checkpoint
+    elif holds_finished_epoch(str(spec.folder)):  # a finished epoch's results, never removed
+        raise KeptResults(f'{spec.folder} holds the results of finished epochs but no checkpoint to resume them from; '
+                          f'move it elsewhere to train the run again')
     elif spec.folder.exists():  # stopped before its first epoch ended: nothing to resume
         shutil.rmtree(spec.folder)
     log = log_dir / f'{spec.name}.log'
@@ -153,7 +162,8 @@ def _progress(active: List[_Active], pending: List[RunSpec], outcome: Outcome, t
 def _keep_elapsed(a: _Active) -> None:
     """ Record the run's seconds over all its parts so far beside its checkpoint, for the part that resumes it and
     for its result; a run with nothing to resume (stopped in its first epoch) keeps none. """
-    if (a.spec.folder / 'last.pth.tar').is_file():
+    from ..train.inputs import resumable_checkpoint
+    if resumable_checkpoint(str(a.spec.folder)) is not None:
         write_elapsed(a.spec.folder / ELAPSED_FILE, a.earlier + time.time() - a.start, a.parts)
 
 
@@ -226,7 +236,12 @@ def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict]
                     break
                 spec = pending.pop(0)
                 spec.folder.parent.mkdir(parents=True, exist_ok=True)
-                active.append(_start(spec, log_dir or spec.folder.parent))
+                try:
+                    active.append(_start(spec, log_dir or spec.folder.parent))
+                except KeptResults as e:
+                    outcome.failed[spec.name] = str(e)
+                    show(f'[failed] {spec.name}: {e}')
+                    continue
                 show(f'[{"resume" if active[-1].resumed else "start"}] {spec.name}')
             for a in [a for a in active if a.process.poll() is not None]:
                 active.remove(a)

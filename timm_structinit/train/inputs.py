@@ -4,6 +4,7 @@ every check of names, shapes and parameter groups is made. `check_args` reads th
 checks, the model's build and the restore take them from here, and nothing opens those files again. """
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -16,7 +17,8 @@ from ..hub.probe import check_weights_source
 from ..models.registry import check_model_args
 from ..utils.command_line import error_line
 
-__all__ = ['RunInputs', 'read_inputs', 'read_checkpoint', 'resume_path', 'resume_file', 'in_chans',
+__all__ = ['RunInputs', 'read_inputs', 'read_checkpoint', 'resume_path', 'resume_file', 'resumable_checkpoint',
+           'in_chans',
            'model_factory_kwargs', 'checkpoint_state_dict', 'ema_state_dict', 'saved_args']
 
 
@@ -54,9 +56,23 @@ def model_factory_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     return {**{k: v for k, v in options.items() if v is not None}, **args.model_kwargs}
 
 
+def resumable_checkpoint(folder: str) -> Optional[str]:
+    """ The checkpoint a run's folder resumes from: its last.pth.tar, or where that is missing (a process killed
+    while timm's saver replaced it) the checkpoint-N.pth.tar of its latest epoch; None when it holds neither. """
+    last = os.path.join(folder, 'last.pth.tar')
+    if os.path.isfile(last):
+        return last
+    numbered = [(int(m.group(1)), name) for name in (os.listdir(folder) if os.path.isdir(folder) else ())
+                for m in [re.fullmatch(r'checkpoint-(\d+)\.pth\.tar', name)] if m]
+    return os.path.join(folder, max(numbered)[1]) if numbered else None
+
+
 def resume_path(resume: str) -> str:
-    """ The checkpoint `--resume` names: a file, or an output folder's last.pth.tar. """
-    return os.path.join(resume, 'last.pth.tar') if os.path.isdir(resume) else resume
+    """ The checkpoint `--resume` names: a file, or an output folder's checkpoint to resume from
+    (`resumable_checkpoint`; its last.pth.tar when it holds none). """
+    if not os.path.isdir(resume):
+        return resume
+    return resumable_checkpoint(resume) or os.path.join(resume, 'last.pth.tar')
 
 
 def resume_file(resume: str) -> str:

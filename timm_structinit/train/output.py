@@ -198,13 +198,29 @@ def _is_epoch_checkpoint(name: str) -> bool:
     return name.startswith('checkpoint-') and name.endswith('.pth.tar')
 
 
+def holds_finished_epoch(path: str) -> bool:
+    """ Whether a run folder holds anything of a finished epoch: a checkpoint (last, best or numbered) or a row of its
+    summary. Such a folder is never removed, whatever stopped the run and when. """
+    names = set(os.listdir(path)) if os.path.isdir(path) else set()
+    if names & {'last.pth.tar', 'model_best.pth.tar'} or any(_is_epoch_checkpoint(n) for n in names):
+        return True
+    try:
+        with open(os.path.join(path, 'summary.csv'), newline='') as f:
+            return sum(1 for line in f if line.strip()) > 1  # a header and a row
+    except (OSError, UnicodeDecodeError):
+        return 'summary.csv' in names
+
+
 def remove_unfinished_run(path: str, created: Optional[str]) -> None:
-    """ A new run that stopped before its first checkpoint: remove the files it wrote, and the folders it made (their
-    lock file with them, while the lock is still held: a run that opened it meanwhile finds it locked, not gone), then
-    release the lock. """
+    """ A new run that stopped before its first epoch finished: remove the files it wrote, and the folders it made
+    (their lock file with them, while the lock is still held: a run that opened it meanwhile finds it locked, not
+    gone), then release the lock. A folder that holds anything of a finished epoch (`holds_finished_epoch`) is left
+    whole. """
     if not os.path.isdir(path):
         return
     try:
+        if holds_finished_epoch(path):
+            return
         for file in _run_files(path):
             os.remove(file)
         _remove_empty_folders(path, created)
