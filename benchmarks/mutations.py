@@ -10,8 +10,8 @@ that overlap or drop images, a flip or a normalisation gone wrong, an option tha
 stepped at the wrong time, an accumulated update scaled wrongly, an EMA or a best checkpoint read from the wrong weights
 or in the wrong direction, an export that forgets its run's data config or picks the other weights; in compare's answer,
 an interval, a verdict or a spread computed wrongly, the gain of the best top-1, chance or the training split taken for
-the majority class of the test split), given as exact text replacements in the package's source. For each, the package
-and its tests are copied to a fresh temporary folder (beside a link to ../shared, whose data some tests read), the
+the majority class of the test split), given as exact text replacements in the package's source. For each, the working
+tree (the package, its tests and what they read) is copied to a fresh temporary folder (beside a link to ../shared, whose data some tests read), the
 replacements made there (a mutant never touches the working tree), and the test files named for it run with that copy
 first on the path, until the first failure. The result lists every mutation with the test that caught it; a mutation no
 test fails is `SURVIVED`. `--only NAME ...` runs some of them.
@@ -19,8 +19,9 @@ test fails is `SURVIVED`. `--only NAME ...` runs some of them.
 `--list FILE` takes the mutations of another file written in this format (its `MUTATIONS`, of this module's
 `Mutation`), and `--fast-subset` runs each mutant against the whole fast subset (`-m "not slow"`, every test file,
 until the first failure) instead of the tests named for it: what a bug meets when nobody chose its tests. The copy is
-then the whole working tree (every file git tracks or would), so the tests of the command lines, the docs and the
-benchmarks find what they read. `-n 2` runs the tests in two processes (pytest-xdist).
+the whole working tree (every file git tracks or would), so a mutation may edit the command lines' package
+(`../timm_structinit_cli/...`) and the tests of the docs and the benchmarks find what they read. `-n 2` runs the
+tests in two processes (pytest-xdist).
 
     python benchmarks/mutations.py --list benchmarks/mutations_second_pass.py --fast-subset -n 2 \
         --out benchmarks/results/mutations_second_pass.txt
@@ -419,9 +420,10 @@ MUTATIONS = [
 ]
 
 
-def _copy_tree(work: Path, whole: bool = False) -> None:
-    """ The package, its tests and pyproject.toml into `work`; with `whole`, every file of the working tree that git
-    tracks or would track (its ignored files, a venv or build outputs, stay behind). """
+def _copy_tree(work: Path, whole: bool = True) -> None:
+    """ Every file of the working tree that git tracks or would track into `work` (its ignored files, a venv or build
+    outputs, stay behind): the package, the command lines' light package beside it, the tests and what they read;
+    without `whole`, the package, its tests and pyproject.toml only. """
     if whole:
         listed = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'], cwd=REPO,
                                 capture_output=True, check=True).stdout.decode().split('\0')
@@ -460,7 +462,7 @@ def run_mutation(mutation: Mutation, timeout: float, tests: Optional[Sequence[st
         shared = REPO.parent / 'shared'
         if shared.is_dir():  # the tests find ../shared (CIFAR-10, timm's scripts) beside the copy, as beside the repo
             (Path(folder) / 'shared').symlink_to(shared, target_is_directory=True)
-        _copy_tree(work, whole=tests == FAST_SUBSET)
+        _copy_tree(work, whole=True)
         _apply(work, mutation)
         env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
         start = time.perf_counter()

@@ -12,10 +12,11 @@ report, runner, session, command), the Hub export and card, the diagnostics, the
 checkpoints, seeds) and the command-line parsers. Every mutant runs against the whole fast subset (`FAST_SUBSET`),
 until the first failure:
 
-    python benchmarks/mutations.py --pass second --out benchmarks/results/mutations_second_pass.txt
+    python benchmarks/mutations.py --list benchmarks/mutations_second_pass.py --fast-subset -n 2 \
+        --out benchmarks/results/mutations_second_pass.txt
 
 File paths are relative to `timm_structinit/`; the command-line package's files are reached as
-`../timm_structinit_cli/...`, so the copy a mutant runs in must hold `timm_structinit_cli` beside `timm_structinit`.
+`../timm_structinit_cli/...` (the copy a mutant runs in is the whole working tree).
 """
 import sys
 from pathlib import Path
@@ -318,9 +319,8 @@ MUTATIONS = [
        ('train/output.py', 'os.path.getmtime(path) >= since', 'os.path.getmtime(path) <= since')),
     _m('p2-unfinished-removes-finished',
        'a new run stopped after its first epoch removes its files, last.pth.tar included',
-       ('train/training_run.py',
-        "if primary and out is not None and not continuing and not os.path.exists(os.path.join(out, 'last.pth.tar')):",
-        'if primary and out is not None and not continuing:')),
+       # the guard of finished epochs moved into remove_unfinished_run: the same bug written against it
+       ('train/output.py', '        if holds_finished_epoch(path):\n            return\n', '')),
     _m('p2-no-resume-opt-ignored',
        '--no-resume-opt still restores the optimizer state',
        ('train/training_run.py', 'None if args.no_resume_opt else optimizer,', 'optimizer,')),
@@ -373,8 +373,9 @@ MUTATIONS = [
        ('compare/report.py', "epochs=int(rows[-1]['epoch']) + 1", "epochs=int(rows[-1]['epoch'])")),
     _m('p2-result-negative-seed',
        'a result.json with a negative seed is read back as valid',
-       ('compare/records.py', "'seed': ('an integer', lambda v: _integer(v) and v >= 0)",
-        "'seed': ('an integer', lambda v: _integer(v))")),
+       # the result's checks moved into the schema (utils/file_schema.py): the same bug written against it
+       ('utils/file_schema.py', 'Seed = Annotated[int, Field(ge=0, le=2 ** 63 - 1)]',
+        'Seed = Annotated[int, Field(le=2 ** 63 - 1)]')),
     _m('p2-runner-new-parts',
        'a run started afresh counts as two parts',
        ('compare/runner.py', 'if resumed else (0.0, 0)', 'if resumed else (0.0, 1)')),
