@@ -116,6 +116,20 @@ def _start(spec: RunSpec, log_dir: Path) -> _Active:
     return active
 
 
+def _start_or_fail(spec: RunSpec, log_dir: Optional[Path], outcome: Outcome, show) -> Optional[_Active]:
+    """ The run started (or resumed), said in a line; None, counted as failed, when its folder holds results it
+    cannot resume from. """
+    spec.folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        active = _start(spec, log_dir or spec.folder.parent)
+    except KeptResults as e:
+        outcome.failed[spec.name] = str(e)
+        show(f'[failed] {spec.name}: {e}')
+        return None
+    show(f'[{"resume" if active.resumed else "start"}] {spec.name}')
+    return active
+
+
 def _read(active: _Active) -> None:
     """ The run's output, line by line, into its log; its epochs and its error line noted as they come. """
     with open(active.log, 'a') as log:
@@ -234,15 +248,8 @@ def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict]
                          f'limit, a run takes about {longest:.0f} s')
                     pending = []
                     break
-                spec = pending.pop(0)
-                spec.folder.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    active.append(_start(spec, log_dir or spec.folder.parent))
-                except KeptResults as e:
-                    outcome.failed[spec.name] = str(e)
-                    show(f'[failed] {spec.name}: {e}')
-                    continue
-                show(f'[{"resume" if active[-1].resumed else "start"}] {spec.name}')
+                started = _start_or_fail(pending.pop(0), log_dir, outcome, show)
+                active += [started] if started is not None else []
             for a in [a for a in active if a.process.poll() is not None]:
                 active.remove(a)
                 finishing = a

@@ -124,9 +124,9 @@ def _device_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_tr
     # the transform and the batch mixed after (the erasing then reaches both images of a mix)
     erase_after_mix = mixup is not None and not args.no_prefetcher
     splits = 2 if args.resplit else 0
-    if args.no_aug:  # as timm's transforms_noaug_train: resize and centre crop, no crop_pct, no erasing
+    if args.no_aug:  # as timm's transforms_noaug_train: resize to the input size, no crop_pct, no erasing
         transform = DeviceEvalTransform(config['input_size'], 1.0, train_interpolation, config['mean'],
-                                        config['std'], device)
+                                        config['std'], device, squash=True)
     else:
         transform = DeviceTrainTransform(
             config['input_size'], args.scale, args.ratio, args.hflip, args.vflip, args.color_jitter, args.aa,
