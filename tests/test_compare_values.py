@@ -1,0 +1,197 @@
+""" compare's figures as exact values worked by hand: the estimate of a run from the seconds of its parts (epochs and
+cool-down, evaluations at --val-interval and at the end, the EMA's second evaluation, the target-mass measurement of
+an impulse arm), the decomposition of a timed pass into start-up and per-batch seconds, each run's share of the
+cores over every count of cores and runs, the time-left line, the test split's chance and majority class, and the
+order, folders and reference of a plan. """
+import argparse
+import math
+
+import pytest
+
+from timm_structinit.compare import estimate
+from timm_structinit.compare.cores import CoreShare
+from timm_structinit.compare.plan import Arm, Plan, default_model, folder_name
+from timm_structinit.compare.session import _time_line
+
+# the seconds of each part of a run (what `_time_parts` measures), chosen so that every sum is exact in binary
+PARTS = dict(data=2.0, loaders=3.0, loader_start=1.0, eval_loader_start=0.5, pass_start=0.25, step=0.125, batches=10,
+             eval_pass_start=0.0625, eval_step=0.03125, eval_batches=4, save=0.5, eval_images=100,
+             builds={'plain': 1.0, 'impulse3': 4.0}, tracked={'plain': False, 'impulse3': True})
+
+
+def _args(**changes):
+    args = dict(epochs=4, cooldown_epochs=1, val_interval=2, model_ema=True, model_ema_force_cpu=False,
+                batch_size=50, validation_batch_size=None, workers=2, device='cpu')
+    args.update(changes)
+    return argparse.Namespace(**args)
+
+
+@pytest.mark.parametrize('changes, epochs, evaluations, models, mass_batch', [
+    # 4 + 1 epochs; evaluated after epochs 2, 4 and the last, 5; the EMA evaluated too; mass on 64 images of 50
+    ({}, 5, 3, 2, 50),
+    # 3 epochs, each evaluated; no EMA; the evaluation batch 16
+    (dict(epochs=3, cooldown_epochs=0, val_interval=1, model_ema=False, validation_batch_size=16), 3, 3, 1, 16),
+    # 5 epochs, evaluated after 3 and the last, 5; an EMA kept on the CPU is not evaluated
+    (dict(epochs=5, cooldown_epochs=0, val_interval=3, model_ema_force_cpu=True), 5, 2, 1, 50),
+    # 2 + 2 epochs, interval 4: the last epoch only
+    (dict(epochs=2, cooldown_epochs=2, val_interval=4), 4, 1, 2, 50),
+    # interval 7 beyond the 6 epochs: the last epoch only
+    (dict(epochs=6, cooldown_epochs=0, val_interval=7), 6, 1, 2, 50),
+])
+def test_a_runs_estimate_is_the_sum_of_its_parts(monkeypatch, changes, epochs, evaluations, models, mass_batch):
+    """ Per arm: start-up (5 s) + checks (0.5 s) + data, loaders and their first starts (2 + 3 + 1 + 0.5 s) + each
+    epoch (a pass start of 0.25 s and 10 batches of 0.125 s: 1.5 s) + each evaluation (per evaluated model a pass
+    start of 0.0625 s and 4 batches of 0.03125 s: 0.1875 s, and two checkpoints of 0.5 s) + the arm's build; an
+    impulse arm measures its target mass once before training and after each evaluation, on min(64, 100) images
+    at 0.03125 s per batch of the evaluation's size. """
+    monkeypatch.setattr(estimate, 'startup_seconds', lambda: 5.0)
+    monkeypatch.setattr(estimate, '_time_parts', lambda args, arm_args, begun: PARTS)
+    args = _args(**changes)
+    arms = {'plain': (args, None), 'impulse3': (args, None)}
+    got = estimate.estimate_runs(arms, CoreShare(2, 1), checks=0.5)
+    epoch = 0.25 + 10 * 0.125
+    evaluation = models * (0.0625 + 4 * 0.03125) + 2 * 0.5
+    common = 5 + 0.5 + 2 + 3 + 1 + 0.5 + epochs * epoch + evaluations * evaluation
+    mass = 0.03125 * 64 / mass_batch
+    assert got.per_arm == pytest.approx({'plain': common + 1.0, 'impulse3': common + 4.0 + (evaluations + 1) * mass},
+                                        rel=1e-12)
+    assert (got.epochs, got.evaluations, got.epoch, got.evaluation) == (epochs, evaluations, epoch, evaluation)
+    assert got.seconds == got.per_arm['impulse3'] and got.setup == 2 + 3 + 4
+    assert got.describe() == (f'6 s to start, 9 s to build, then {epochs} epochs of about 1.5 s and {evaluations} '
+                              f'evaluations of about {evaluation:.1f} s')
+
+
+class _Clock:
+    """ A clock that moves only when told: time.perf_counter for `_per_batch`. """
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize('available, per_batch, pass_start, first_start', [
+    (10, 0.25, 0.5, 2.0), (3, 0.125, 0.0, 0.75), (40, 0.0625, 1.25, 0.0), (2, 1.0, 0.5, 4.0)])
+def test_a_timed_pass_splits_into_the_loaders_start_each_pass_and_each_batch(monkeypatch, available, per_batch,
+                                                                             pass_start, first_start):
+    """ A loader whose first pass ever costs `first_start` more, every pass `pass_start`, every batch `per_batch`:
+    the three are recovered exactly from the three timed passes (one batch, one batch, then as many as fit). """
+    clock = _Clock()
+    monkeypatch.setattr(estimate.time, 'perf_counter', clock)
+
+    class Loader:
+        passes = 0
+
+        def __iter__(self):
+            clock.now += pass_start + (first_start if Loader.passes == 0 else 0.0)
+            Loader.passes += 1
+            for i in range(available):
+                yield i
+
+    def run_pass(batches):
+        for _ in batches:
+            clock.now += per_batch
+
+    got = estimate._per_batch(run_pass, Loader(), available, seconds=30.0)
+    assert got == pytest.approx((per_batch, pass_start, first_start), abs=1e-12)
+
+
+@pytest.mark.parametrize('cores', range(1, 17))
+def test_each_run_gets_the_largest_whole_share_of_the_cores_and_one_at_least(cores):
+    """ Over every count of runs up to twice the cores: a run's cores are the largest whole number that the runs
+    together do not exceed (one when they outnumber the cores), its loader processes what it asks for within them,
+    its torch threads within them and OMP_NUM_THREADS, and the cores are said shared when runs outnumber them. """
+    for concurrent in range(1, 2 * cores + 1):
+        share = CoreShare(cores, concurrent)
+        per_run = share.per_run
+        if concurrent <= cores:
+            assert per_run * concurrent <= cores < (per_run + 1) * concurrent, (cores, concurrent)
+            assert share.crowding == 1
+        else:
+            assert per_run == 1 and share.crowding == concurrent / cores
+        for requested in (0, 1, 3, 8):
+            assert share.workers(requested) == min(requested, per_run)
+            options = share.run_options(requested)
+            assert options == ([] if min(requested, per_run) >= min(requested, cores) else
+                               ['--workers', str(min(requested, per_run))])
+        for omp, threads in (('', per_run), ('0', per_run), ('x', per_run), ('1', 1), (str(cores + 5), per_run)):
+            assert share.threads({'OMP_NUM_THREADS': omp} if omp else {}) == threads
+        assert share.run_env() == ({'OMP_NUM_THREADS': str(share.threads())} if share.threads() < cores else {})
+
+
+def test_the_share_is_said_in_words(monkeypatch):
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    assert CoreShare(8, 2).description(8) == 'each on 4 of the 8 cores (4 torch threads, 4 loader processes)'
+    assert CoreShare(2, 3).description(1) == 'each on 0.67 of the 2 cores (1 torch thread, 1 loader process)'
+    assert CoreShare(4, 4).description(0) == 'each on 1 of the 4 cores (1 torch thread, 0 loader processes)'
+    monkeypatch.setenv('OMP_NUM_THREADS', '2')  # fewer asked than the share holds: the threads asked
+    assert CoreShare(8, 2).description(8) == 'each on 4 of the 8 cores (2 torch threads, 4 loader processes)'
+
+
+def test_the_time_left_is_worked_from_the_finished_runs_or_the_estimate():
+    """ Finished runs of 300 and 600 s: 7.5 min a run, and 3 runs left two at a time are two waves, 15 min; before
+    any finished, the estimate's arms (60 and 61 s: within 10%, one figure; 60 and 120 s: a span). """
+    finished = [dict(seconds=300.0), dict(seconds=600.0)]
+    assert _time_line(3, 2, None, finished) == ('time: about 7.5 min per run, as the 2 finished runs took (5.0 min to '
+                                                '10.0 min); about 15.0 min for the 3 runs left')
+    assert _time_line(0, 2, None, finished[:1]).startswith('time: nothing left to train; about 5.0 min per run, as '
+                                                           'the 1 finished run took')
+    close = estimate.RunEstimate(5, 9, 1.5, 0.5, 5, 3, 0, {'plain': 60.0, 'mimetic': 61.0})
+    assert _time_line(4, 4, close, []) == (f'time: about 1.0 min per run, estimated here ({close.describe()}); about '
+                                           f'1.0 min for the 4 runs left')
+    apart = estimate.RunEstimate(5, 9, 1.5, 0.5, 5, 3, 1, {'plain': 60.0, 'impulse3': 120.0})
+    assert _time_line(5, 2, apart, []) == (f'time: about 1.0 to 2.0 min per run, estimated here ({apart.describe()}); '
+                                           f'about 4.5 min for the 5 runs left')
+
+
+class _Labelled(list):
+    """ A dataset whose labels are `targets`. """
+
+    def __init__(self, targets):
+        super().__init__(range(len(targets)))
+        self.targets = list(targets)
+
+
+@pytest.mark.parametrize('train_classes, counts, classes, chance, majority', [
+    (None, {0: 7, 1: 2, 2: 1}, 3, 100 / 3, 70.0),
+    (5, {0: 7, 1: 2, 2: 1}, 5, 20.0, 70.0),        # classes the test split lacks count for chance
+    (2, {3: 1, 1: 1, 0: 2}, 3, 100 / 3, 50.0),     # more labels than the option says
+    (None, {4: 3}, 1, 100.0, 100.0),
+])
+def test_the_test_splits_chance_and_majority_class(train_classes, counts, classes, chance, majority):
+    from timm_structinit.compare.command import _test_split
+    targets = [label for label, n in counts.items() for _ in range(n)]
+    record = _test_split((None, _Labelled(targets)), argparse.Namespace(num_classes=train_classes))
+    assert record == dict(images=len(targets), classes=classes, chance=pytest.approx(chance, rel=1e-15),
+                          majority=pytest.approx(majority, rel=1e-15))
+
+
+def test_a_plan_trains_every_arms_seed_0_first_each_in_its_own_folder():
+    arms = [Arm('plain', None), Arm('mimetic', 'mimetic'), Arm('impulse:kernel_size=5', 'impulse', {'kernel_size': 5})]
+    plan = Plan('m', {}, arms, 3, ['--epochs', '2'])
+    runs = [(arm.label, seed) for arm, seed in plan.runs()]
+    assert runs == [(a.label, s) for s in range(3) for a in arms]
+    folders = [folder_name(label, seed) for label, seed in runs]
+    assert len(set(folders)) == len(folders) and folders[2] == 'impulse-kernel_size=5_s0'
+    argv = plan.train_argv(arms[1], 2, '/runs')
+    assert argv[argv.index('--seed') + 1] == '2' and argv[argv.index('--experiment') + 1] == 'mimetic_s2'
+
+
+@pytest.mark.parametrize('side, small', [(8, True), (32, True), (63, True), (64, True), (65, False), (224, False)])
+def test_the_default_model_suits_the_images_up_to_64_px_as_32_px(side, small):
+    model, kwargs = default_model(side)
+    assert model == 'vit_tiny_patch2_32_gap_sincos'
+    assert kwargs == ({} if small else {'img_size': 224, 'patch_size': 16})
+
+
+def test_the_reference_is_the_plain_arm_wherever_it_is_listed(tmp_path):
+    """ compare.json's reference: plain when it is among the arms (listed first or not), else the first arm. """
+    import json
+    from timm_structinit.compare.command import Checked, _record_settings
+    for arms, reference in ((['mimetic', 'plain'], 'plain'), (['plain', 'mimetic'], 'plain'),
+                            (['mimetic', 'impulse3'], 'mimetic')):
+        plan = Plan('m', {}, [Arm(a, None if a == 'plain' else a) for a in arms], 1, [])
+        out = tmp_path / '-'.join(arms)
+        _record_settings(out, Checked(plan, {}, (1, 1), None, 'm', 0.0), None, None)
+        assert json.loads((out / 'compare.json').read_text())['reference'] == reference, arms
