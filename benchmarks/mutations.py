@@ -454,8 +454,9 @@ def _failed_tests(output: str):
 
 def run_mutation(mutation: Mutation, timeout: float, tests: Optional[Sequence[str]] = None,
                  workers: int = 0) -> Tuple[str, list, float]:
-    """ ('caught' | 'SURVIVED' | 'timeout', the failed test ids, seconds) of one mutant in a fresh copy, against
-    `tests` (pytest's arguments; the mutation's own by default) in `workers` processes (0: in pytest's own). """
+    """ ('caught' | 'SURVIVED' | 'timeout' | 'NOT APPLIED', the failed test ids, seconds) of one mutant in a fresh
+    copy, against `tests` (pytest's arguments; the mutation's own by default) in `workers` processes (0: in pytest's
+    own); NOT APPLIED where an edit's text is not in the code once (the code changed since it was written). """
     tests = mutation.tests if tests is None else tests
     with tempfile.TemporaryDirectory(prefix='structinit-mutant-') as folder:
         work = Path(folder) / REPO.name
@@ -463,7 +464,10 @@ def run_mutation(mutation: Mutation, timeout: float, tests: Optional[Sequence[st
         if shared.is_dir():  # the tests find ../shared (CIFAR-10, timm's scripts) beside the copy, as beside the repo
             (Path(folder) / 'shared').symlink_to(shared, target_is_directory=True)
         _copy_tree(work, whole=True)
-        _apply(work, mutation)
+        try:
+            _apply(work, mutation)
+        except ValueError as e:
+            return 'NOT APPLIED', [str(e)], 0.0
         env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
         start = time.perf_counter()
         try:

@@ -171,8 +171,9 @@ MUTATIONS = [
         'h = torch.round(torch.sqrt(target_area * aspect))')),
     _m('p2-eval-resize-ceil',
        "the evaluation resize rounds size / crop_pct up (249 for 224 at 0.9) where torchvision's takes the floor",
-       ('data/device_transforms.py', 'short = math.floor(self.size[0] / self.crop_pct)',
-        'short = math.ceil(self.size[0] / self.crop_pct)')),
+       # the evaluation's scale size now serves non-square inputs too: the same bug written against it
+       ('data/device_transforms.py', 'scale = tuple(math.floor(s / self.crop_pct) for s in self.size)',
+        'scale = tuple(math.ceil(s / self.crop_pct) for s in self.size)')),
     _m('p2-grayscale-bgr',
        "Pillow's luma with the red and blue weights swapped (BGR order)",
        ('data/batch_ops.py', 'r * 19595 + g * 38470 + b * 7471', 'r * 7471 + g * 38470 + b * 19595')),
