@@ -195,3 +195,23 @@ def test_the_reference_is_the_plain_arm_wherever_it_is_listed(tmp_path):
         out = tmp_path / '-'.join(arms)
         _record_settings(out, Checked(plan, {}, (1, 1), None, 'm', 0.0), None, None)
         assert json.loads((out / 'compare.json').read_text())['reference'] == reference, arms
+
+
+def test_an_arm_with_one_seed_beside_arms_with_several_keeps_their_intervals():
+    """ plain 50, 52, 54 and mimetic 56, 57, 58 (three seeds each) beside impulse3's one seed, 60: mimetic's gain
+    is 5 with Welch's interval worked by hand (variances of the means 4/3 and 1/3, 50/17 degrees of freedom, Student's
+    0.975 quantile from SciPy), better; impulse3's gain, 8, has no spread to judge it by: no interval, unclear. """
+    from scipy import stats as scipy_stats
+    from timm_structinit.compare.report import summarize
+    finals = {'plain': [50.0, 52.0, 54.0], 'mimetic': [56.0, 57.0, 58.0], 'impulse3': [60.0]}
+    results = [dict(arm=arm, seed=seed, final_top1=v, best_top1=v) for arm, values in finals.items()
+               for seed, v in enumerate(values)]
+    answer = summarize(list(finals), results, 'plain')
+    half = scipy_stats.t.ppf(0.975, 50 / 17) * math.sqrt(5 / 3)
+    mimetic = answer['gains']['mimetic']
+    assert mimetic['gain'] == pytest.approx(5.0) and mimetic['df'] == pytest.approx(50 / 17, rel=1e-12)
+    assert mimetic['half_width'] == pytest.approx(half, rel=1e-6) and mimetic['verdict'] == 'better'
+    single = answer['gains']['impulse3']
+    assert (single['gain'], single['half_width'], single['verdict']) == (pytest.approx(8.0), None, 'unclear')
+    assert {arm: s['seeds'] for arm, s in answer['stats'].items()} == {'plain': 3, 'mimetic': 3, 'impulse3': 1}
+    assert answer['stats']['impulse3']['final_sd'] is None

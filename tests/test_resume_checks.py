@@ -178,3 +178,16 @@ def test_whatever_the_tensors_raise_while_restoring_is_one_line(run_dir, capsys,
     line = one_line(err)
     assert code == 2 and 'UnpicklingError' in line and '--resume' in line, line
     assert snapshot(run_dir) == before
+
+
+def test_the_same_options_spelled_otherwise_resume_the_run(run_dir, capsys):
+    """ The run's options written otherwise (the optimizer's name in capitals, 1e-2 for 0.01, 0.90 for the default
+    momentum 0.9, 2.0e-5 for the default weight decay): the same run, resumed at its second epoch, its learning
+    rate not said to be replaced. """
+    code, out, err = run_main([*RUN, '--opt', 'SGD', '--lr', '1e-2', '--momentum', '0.90', '--weight-decay', '2.0e-5',
+                               '--resume', run_dir], capsys)
+    assert code == 0, err
+    assert [line.split()[1] for line in out.splitlines() if line.startswith('epoch ')] == ['2/2'], out
+    with open(run_dir / 'summary.csv', newline='') as f:
+        assert [int(r['epoch']) for r in csv.DictReader(f)] == [0, 1]
+    assert 'replaces' not in out + err
