@@ -4,7 +4,9 @@ an impulse arm), the decomposition of a timed pass into start-up and per-batch s
 cores over every count of cores and runs, the time-left line, the test split's chance and majority class, and the
 order, folders and reference of a plan. """
 import argparse
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -215,3 +217,55 @@ def test_an_arm_with_one_seed_beside_arms_with_several_keeps_their_intervals():
     assert (single['gain'], single['half_width'], single['verdict']) == (pytest.approx(8.0), None, 'unclear')
     assert {arm: s['seeds'] for arm, s in answer['stats'].items()} == {'plain': 3, 'mimetic': 3, 'impulse3': 1}
     assert answer['stats']['impulse3']['final_sd'] is None
+
+
+def test_a_runs_result_counts_its_epochs_from_one():
+    """ Summary rows of epochs 0, 1, 2 (timm counts from 0), evaluated after epochs 2 and 3: a result of 3 epochs,
+    its curve after epochs 2 and 3, its final and best top-1 from the rows; one the schema takes. """
+    from timm_structinit.compare.records import check_result
+    from timm_structinit.compare.report import result_record
+    rows = [dict(epoch=1.0, eval_top1=40.0, train_loss=2.0), dict(epoch=2.0, eval_top1=35.0, train_loss=1.5)]
+    result = result_record('plain', 0, rows, 12.25, False, ['python'], {}, '2026-11-28T12:00:00')
+    assert (result['epochs'], result['curve_epochs'], result['curve']) == (3, [2, 3], [40.0, 35.0])
+    assert (result['final_top1'], result['best_top1'], result['parts']) == (35.0, 40.0, 1)
+    check_result(Path('runs/plain_s0/result.json'), result)
+
+
+def test_a_run_started_afresh_is_one_part_and_a_resumed_one_keeps_its_log(tmp_path):
+    """ A run that finishes in one call counts one part; a run stopped at a deadline and resumed counts two, and its
+    log holds both parts' output. """
+    import sys
+    import time
+    from timm_structinit.compare.records import ELAPSED_FILE
+    from timm_structinit.compare.runner import RunSpec, run_all
+    seen = {}
+
+    def finish(spec, seconds, resumed):
+        seen[spec.name] = json.loads((spec.folder / ELAPSED_FILE).read_text())['parts']
+        return dict(seconds=seconds, final_top1=1.0, best_top1=1.0)
+    fresh = tmp_path / 'fresh_s0'
+    write = ('import pathlib, sys, time; folder = pathlib.Path(sys.argv[1]); folder.mkdir(parents=True, '
+             'exist_ok=True); (folder / "last.pth.tar").write_bytes(b"x"); print(sys.argv[2], flush=True); '
+             'time.sleep(float(sys.argv[3]))')
+    run_all([RunSpec('fresh_s0', [sys.executable, '-c', write, str(fresh), 'only part', '0'], fresh, 1)], finish, 1,
+            show=lambda line: None, poll=0.05, log_dir=tmp_path)
+    assert seen['fresh_s0'] == 1
+    resumed = tmp_path / 'resumed_s0'
+    first = RunSpec('resumed_s0', [sys.executable, '-c', write, str(resumed), 'first part', '60'], resumed, 1)
+    run_all([first], finish, 1, time.monotonic() + 2.0, show=lambda line: None, poll=0.05, log_dir=tmp_path)
+    second = RunSpec('resumed_s0', [sys.executable, '-c', write, str(resumed), 'second part', '0'], resumed, 1)
+    run_all([second], finish, 1, show=lambda line: None, poll=0.05, log_dir=tmp_path)
+    assert seen['resumed_s0'] == 2
+    log = (tmp_path / 'resumed_s0.log').read_text()
+    assert 'first part' in log and 'second part' in log and log.index('first part') < log.index('second part')
+
+
+@pytest.mark.parametrize('option', ['--seed=3', '--output=/tmp/x', '--resume=last.pth.tar', '--experiment=e',
+                                    '--model=vit_tiny_patch2_32', '--overwrite'])
+def test_a_training_option_compare_sets_itself_is_refused_however_written(option):
+    from timm_structinit.compare.command import _check_options
+    from timm_structinit.errors import ConfigError
+    args = argparse.Namespace(seeds=2, concurrent=1, time_limit=None, train_options=['--epochs', '2', option])
+    with pytest.raises(ConfigError) as caught:
+        _check_options(args)
+    assert str(caught.value).startswith(option.split('=')[0] + ': not a training option of compare')

@@ -312,3 +312,20 @@ def test_the_training_transform_without_augmentation_is_timms(height, width, inp
     got = DeviceEvalTransform((3, *input_size), 1.0, 'bicubic', MEAN, STD, squash=True)(_batch(pil))
     levels = ((got - expected) * torch.tensor(STD)[:, None, None] * 255).abs()
     assert float(levels.max()) <= 1.001 and float((levels > 0.01).float().mean()) <= 0.05
+
+
+@pytest.mark.parametrize('mean', [(0.4914, 0.4822, 0.4465), (0.485, 0.456, 0.406), (0.5, 0.5, 0.5),
+                                  (0.0021, 0.9999, 1.0)])
+@pytest.mark.parametrize('height, width', [(32, 32), (24, 40)])
+def test_rand_augments_fill_and_translation_are_timms(mean, height, width):
+    """ The colour RandAugment fills with and its absolute translation, from the normalisation mean and the input
+    size, as timm's own training transform gives its ops (255 x 0.4465 = 113.9 fills with 114). """
+    theirs = create_transform((3, height, width), is_training=True, auto_augment='rand-m9-n2-mstd0.5', mean=mean,
+                              std=STD, interpolation='bilinear')
+    policy = next(t for t in theirs.transforms if hasattr(t, 'ops'))
+    ours = DeviceTrainTransform((3, height, width), (0.08, 1.0), (3 / 4, 4 / 3), 0.5, 0.0, 0.4, 'rand-m9-n2-mstd0.5',
+                                'bilinear', mean, STD).rand_augment
+    assert [op.name for op in ours.ops] == [op.name for op in policy.ops]
+    for mine, timms in zip(ours.ops, policy.ops):
+        assert mine.fill == tuple(float(v) for v in timms.kwargs['fillcolor']), (mean, mine.name)
+        assert mine.hparams.get('translate_const') == timms.hparams.get('translate_const')

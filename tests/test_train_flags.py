@@ -146,3 +146,51 @@ def test_every_option_of_timms_train_py_is_ours_or_refused_with_a_pointer(capsys
     code, out, err = _run(['-c', f.name], capsys)
     os.unlink(f.name)
     assert code == 2 and "key 'jsd_loss'" in err and 'python -m timm_structinit.run' in err
+
+
+# the defaults the training command gives otherwise than timm's train.py, each for a reason its help states
+OWN_DEFAULTS = {'model': "a model of this package's", 'device': 'cuda where torch sees one, else cpu',
+                'amp_dtype': 'the dtype the device supports'}
+
+
+@pytest.mark.skipif(not TIMM_TRAIN.is_file(),
+                    reason=f"needs timm's train.py at {TIMM_TRAIN} (../shared beside the repository); not found")
+def test_every_option_shared_with_timms_train_py_has_its_default(monkeypatch):
+    """ timm's own parser, from its train.py: each option both commands take defaults alike (--smoothing 0.1,
+    --epochs 300, ...), but for the few this command chooses otherwise. """
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('timm_train_script', TIMM_TRAIN)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, 'argv', ['train.py'])
+    spec.loader.exec_module(script)
+    theirs = {a.dest: a.default for p in (script.config_parser, script.parser) for a in p._actions if a.option_strings}
+    ours = {a.dest: a.default for a in train_mod.build_parser()._actions if a.option_strings}
+    shared = sorted(set(theirs) & set(ours))
+    assert len(shared) > 100
+    differ = {k for k in shared if theirs[k] != ours[k]}
+    assert differ == set(OWN_DEFAULTS), {k: (theirs[k], ours[k]) for k in differ}
+
+
+def _literal_defaults(parser):
+    """ (option, the default its help states, the default it has) where the help writes a value, not words. """
+    import re
+    for action in parser._actions:
+        match = re.search(r'default:? ([^)]*)\)', action.help or '')
+        if not match or '%(default' in action.help:
+            continue
+        stated = match.group(1).split(',')[0].strip()
+        if re.fullmatch(r'-?\d+(\.\d+)?', stated):
+            yield action.option_strings[-1], float(stated), action.default
+        elif isinstance(action.default, list):
+            yield action.option_strings[-1], stated.split(), action.default
+
+
+def test_every_default_a_help_states_is_the_default():
+    from timm_structinit import cli
+    subcommands = next(a for a in cli.build_parser()._actions if isinstance(getattr(a, 'choices', None), dict))
+    parsers = [train_mod.build_parser(), *subcommands.choices.values()]
+    checked = [(option, stated, default) for parser in parsers for option, stated, default in
+               _literal_defaults(parser)]
+    assert {'--seeds', '--concurrent', '--inits', '--workers'} <= {option for option, _, _ in checked}, checked
+    for option, stated, default in checked:
+        assert stated == default, (option, stated, default)
