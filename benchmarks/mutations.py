@@ -20,8 +20,9 @@ test fails is `SURVIVED`. `--only NAME ...` runs some of them.
 `Mutation`), and `--fast-subset` runs each mutant against the whole fast subset (`-m "not slow"`, every test file,
 until the first failure) instead of the tests named for it: what a bug meets when nobody chose its tests. The copy is
 the whole working tree (every file git tracks or would), so a mutation may edit the command lines' package
-(`../timm_structinit_cli/...`) and the tests of the docs and the benchmarks find what they read. `-n 2` runs the
-tests in two processes (pytest-xdist).
+(`../timm_structinit_cli/...`) and the tests of the docs and the benchmarks find what they read. The test files
+that name a mutated module run first and the rest of the subset only if they all pass: the verdict of the whole
+subset, sooner. `-n 2` runs the tests in two processes (pytest-xdist).
 
     python benchmarks/mutations.py --list benchmarks/mutations_second_pass.py --fast-subset -n 2 \
         --out benchmarks/results/mutations_second_pass.txt
@@ -452,11 +453,41 @@ def _failed_tests(output: str):
     return sorted({m.group(1) for m in re.finditer(r'^(?:FAILED|ERROR) (\S+)', output, re.M)})
 
 
+def _nearby_tests(work: Path, mutation: Mutation) -> List[str]:
+    """ The test files that name a module the mutation edits (its file's name; its package's for an __init__.py). """
+    names = {Path(file).parent.name if Path(file).stem == '__init__' else Path(file).stem
+             for file, _, _ in mutation.edits}
+    pattern = re.compile(r'\b(?:' + '|'.join(map(re.escape, sorted(names))) + r')\b')
+    return sorted(str(path.relative_to(work)) for path in (work / 'tests').glob('test_*.py')
+                  if pattern.search(path.read_text()))
+
+
+def _pytest(work: Path, args: Sequence[str], workers: int, timeout: float) -> Tuple[Optional[list], float]:
+    """ (the failed test ids, or None past `timeout`; seconds) of pytest with `args` in the copy `work`. """
+    env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider', '-rfE', '--no-header',
+             '-o', 'addopts=', *(['-n', str(workers), '--dist', 'loadgroup'] if workers else []), *args],
+            cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, time.perf_counter() - start
+    failed = _failed_tests(done.stdout + done.stderr)
+    if done.returncode not in (0, 1, 5) and not failed:  # 5: no test collected
+        raise RuntimeError(f'pytest exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}')
+    return failed, time.perf_counter() - start
+
+
 def run_mutation(mutation: Mutation, timeout: float, tests: Optional[Sequence[str]] = None,
                  workers: int = 0) -> Tuple[str, list, float]:
     """ ('caught' | 'SURVIVED' | 'timeout' | 'NOT APPLIED', the failed test ids, seconds) of one mutant in a fresh
     copy, against `tests` (pytest's arguments; the mutation's own by default) in `workers` processes (0: in pytest's
-    own); NOT APPLIED where an edit's text is not in the code once (the code changed since it was written). """
+    own); NOT APPLIED where an edit's text is not in the code once (the code changed since it was written).
+
+    Against the whole fast subset, the test files that name a mutated module run first, and the rest of the subset
+    only if none of them fails: the same verdict as the whole subset at once, sooner where a nearby test catches
+    the bug (the test named is then the first nearby one to fail). """
     tests = mutation.tests if tests is None else tests
     with tempfile.TemporaryDirectory(prefix='structinit-mutant-') as folder:
         work = Path(folder) / REPO.name
@@ -468,21 +499,20 @@ def run_mutation(mutation: Mutation, timeout: float, tests: Optional[Sequence[st
             _apply(work, mutation)
         except ValueError as e:
             return 'NOT APPLIED', [str(e)], 0.0
-        env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
-        start = time.perf_counter()
-        try:
-            done = subprocess.run(
-                [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider', '-rfE', '--no-header',
-                 '-o', 'addopts=', *(['-n', str(workers), '--dist', 'loadgroup'] if workers else []), *tests],
-                cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return 'timeout', [], time.perf_counter() - start
-        seconds = time.perf_counter() - start
-        failed = _failed_tests(done.stdout + done.stderr)
-        if done.returncode not in (0, 1) and not failed:
-            raise RuntimeError(f'{mutation.name}: pytest exited {done.returncode}:\n{done.stdout[-3000:]}'
-                               f'\n{done.stderr[-3000:]}')
-        return ('caught' if failed else 'SURVIVED'), failed, seconds
+        stages = [list(tests)]
+        if tuple(tests) == FAST_SUBSET:
+            nearby = _nearby_tests(work, mutation)
+            stages = [[*FAST_SUBSET, *nearby], [*FAST_SUBSET, *(f'--ignore={f}' for f in nearby)]] if nearby else \
+                stages
+        seconds = 0.0
+        for args in stages:
+            failed, took = _pytest(work, args, workers, timeout - seconds)
+            seconds += took
+            if failed is None:
+                return 'timeout', [], seconds
+            if failed:
+                return 'caught', failed, seconds
+        return 'SURVIVED', [], seconds
 
 
 def load_mutations(path: str) -> List[Mutation]:
