@@ -565,7 +565,8 @@ def _result(arm='plain', seed=0, **changes):
 
 DAMAGED = [
     ('runs/plain_s0/result.json', json.dumps(_result(arm=None)), "has no 'arm'"),
-    ('runs/plain_s0/result.json', json.dumps(_result(final_top1='51.2')), 'its final_top1 is "51.2": should be a valid number'),
+    ('runs/plain_s0/result.json', json.dumps(_result(final_top1='51.2')),
+     'its final_top1 is "51.2": should be a valid number'),
     ('runs/plain_s0/result.json', '{"arm": "plain", "se', 'is not valid JSON'),
     ('runs/plain_s0/result.json', '', 'is empty'),
     ('runs/plain_s0/result.json', json.dumps(_result(arm='mimetic')), "the result of 'mimetic' seed 0"),

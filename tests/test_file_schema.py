@@ -108,10 +108,12 @@ def _files(folder: Path):
 
 
 @pytest.mark.parametrize('file, field, put, valid', FIELDS, ids=[f'{f}-{name}' for f, name, _, _ in FIELDS])
-def test_every_field_is_refused_exactly_outside_what_it_means(tmp_path, capsys, file, field, put, valid):
+def test_every_field_is_refused_exactly_outside_what_it_means(tmp_path, capsys, monkeypatch, file, field, put, valid):
     """ `--report` on a folder whose file holds each hostile value in the field: taken (the answer written) where the
     field's meaning allows the value, else refused in one line naming the file and the field, exit 2, no answer
-    written and no file changed. """
+    written and no file changed. (The answer's figure is left out: it takes longer than the rest.) """
+    from timm_structinit.compare import report
+    monkeypatch.setattr(report, '_curves', lambda *args, **kwargs: None)
     for i, hostile in enumerate(HOSTILE):
         out = tmp_path / str(i)
         result, settings = copy.deepcopy(RESULT), copy.deepcopy(SETTINGS)

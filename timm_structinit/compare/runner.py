@@ -5,11 +5,11 @@ left) shown as it goes, and a result written when it ends. One place starts, res
 
 A run is done when its folder holds `result.json`; a stopped run's folder holds the training command's
 `last.pth.tar`, and the next call resumes it with `--resume` (epochs are seeded, so the resumed run is the one that
-would have run); a folder that holds a finished epoch's results is never removed; the seconds of its earlier parts are kept beside it (`elapsed.json`), so a run's time counts every
-part of it. With a deadline, a run starts only if the longest finished run (or, before any finished, the estimate
-given) would still end before it, and the runs under way at the deadline are stopped as Ctrl-C stops them, keeping
-their checkpoints. Ctrl-C or SIGTERM to the caller stops every run the same way. The progress shown off a terminal
-(a log file) is at most one line per run per epoch.
+would have run); a folder that holds a finished epoch's results is never removed; the seconds of its earlier parts
+are kept beside it (`elapsed.json`), so a run's time counts every part of it. With a deadline, a run starts only if
+the longest finished run (or, before any finished, the estimate given) would still end before it, and the runs under
+way at the deadline are stopped as Ctrl-C stops them, keeping their checkpoints. Ctrl-C or SIGTERM to the caller
+stops every run the same way. The progress shown off a terminal (a log file) is at most one line per run per epoch.
 """
 import json
 import os

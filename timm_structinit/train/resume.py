@@ -77,8 +77,8 @@ def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool
         raise ConfigError(f'{flag} records epoch {epoch}, outside this run: it would start at epoch {start + 1} of '
                           f'{last_epoch}; valid: a checkpoint of epoch 0..{last_epoch - 1} (raise --epochs to '
                           f'continue past {last_epoch})')
-    check_value(flag, meta, CheckpointBookkeeping, 'it is not the bookkeeping a run writes into its checkpoints; resume '
-                'from another checkpoint of the run (checkpoint-N.pth.tar), or start from its weights with '
+    check_value(flag, meta, CheckpointBookkeeping, 'it is not the bookkeeping a run writes into its checkpoints; '
+                'resume from another checkpoint of the run (checkpoint-N.pth.tar), or start from its weights with '
                 f'--initial-checkpoint {resume_file(args.resume)}')
     if model is not None:  # the weights fit the model this command builds: names and shapes
         check_checkpoint_fits(model, clean_state_dict(dict(state_dict)), '--resume', args.resume, args, meta)
