@@ -232,30 +232,29 @@ def test_a_runs_result_counts_its_epochs_from_one():
 
 
 def test_a_run_started_afresh_is_one_part_and_a_resumed_one_keeps_its_log(tmp_path):
-    """ A run that finishes in one call counts one part; a run stopped at a deadline and resumed counts two, and its
-    log holds both parts' output. """
+    """ A run that finishes in one call counts one part; a run whose first part ended with its checkpoint kept (here
+    by failing) and that a second call resumes counts two, and its log holds both parts' output. """
     import sys
-    import time
     from timm_structinit.compare.records import ELAPSED_FILE
     from timm_structinit.compare.runner import RunSpec, run_all
     seen = {}
 
     def finish(spec, seconds, resumed):
-        seen[spec.name] = json.loads((spec.folder / ELAPSED_FILE).read_text())['parts']
+        seen[spec.name] = (json.loads((spec.folder / ELAPSED_FILE).read_text())['parts'], resumed)
         return dict(seconds=seconds, final_top1=1.0, best_top1=1.0)
-    fresh = tmp_path / 'fresh_s0'
-    write = ('import pathlib, sys, time; folder = pathlib.Path(sys.argv[1]); folder.mkdir(parents=True, '
-             'exist_ok=True); (folder / "last.pth.tar").write_bytes(b"x"); print(sys.argv[2], flush=True); '
-             'time.sleep(float(sys.argv[3]))')
-    run_all([RunSpec('fresh_s0', [sys.executable, '-c', write, str(fresh), 'only part', '0'], fresh, 1)], finish, 1,
-            show=lambda line: None, poll=0.05, log_dir=tmp_path)
-    assert seen['fresh_s0'] == 1
-    resumed = tmp_path / 'resumed_s0'
-    first = RunSpec('resumed_s0', [sys.executable, '-c', write, str(resumed), 'first part', '60'], resumed, 1)
-    run_all([first], finish, 1, time.monotonic() + 2.0, show=lambda line: None, poll=0.05, log_dir=tmp_path)
-    second = RunSpec('resumed_s0', [sys.executable, '-c', write, str(resumed), 'second part', '0'], resumed, 1)
-    run_all([second], finish, 1, show=lambda line: None, poll=0.05, log_dir=tmp_path)
-    assert seen['resumed_s0'] == 2
+    write = ('import pathlib, sys; folder = pathlib.Path(sys.argv[1]); folder.mkdir(parents=True, exist_ok=True); '
+             '(folder / "last.pth.tar").write_bytes(b"x"); print(sys.argv[2], flush=True); sys.exit(int(sys.argv[3]))')
+
+    def spec(name, words, status):
+        return RunSpec(name, [sys.executable, '-c', write, str(tmp_path / name), words, str(status)], tmp_path / name,
+                       1)
+    run_all([spec('fresh_s0', 'only part', 0)], finish, 1, show=lambda line: None, poll=0.05, log_dir=tmp_path)
+    assert seen['fresh_s0'] == (1, False)
+    first = run_all([spec('resumed_s0', 'first part', 1)], finish, 1, show=lambda line: None, poll=0.05,
+                    log_dir=tmp_path)
+    assert list(first.failed) == ['resumed_s0']
+    run_all([spec('resumed_s0', 'second part', 0)], finish, 1, show=lambda line: None, poll=0.05, log_dir=tmp_path)
+    assert seen['resumed_s0'] == (2, True)
     log = (tmp_path / 'resumed_s0.log').read_text()
     assert 'first part' in log and 'second part' in log and log.index('first part') < log.index('second part')
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from ..utils.run_folder import holds_finished_epoch, resumable_checkpoint
 from .records import ELAPSED_FILE, RESULT_FILE, read_elapsed, write_elapsed
 
 __all__ = ['RunSpec', 'Outcome', 'run_all', 'is_done', 'read_summary', 'RESULT_FILE', 'ELAPSED_FILE']
@@ -93,8 +94,6 @@ def read_summary(path: Path) -> List[dict]:
 
 
 def _start(spec: RunSpec, log_dir: Path) -> _Active:
-    from ..train.inputs import resumable_checkpoint
-    from ..train.output import holds_finished_epoch
     command = list(spec.command)
     resumed = resumable_checkpoint(str(spec.folder)) is not None
     if resumed:
@@ -176,7 +175,6 @@ def _progress(active: List[_Active], pending: List[RunSpec], outcome: Outcome, t
 def _keep_elapsed(a: _Active) -> None:
     """ Record the run's seconds over all its parts so far beside its checkpoint, for the part that resumes it and
     for its result; a run with nothing to resume (stopped in its first epoch) keeps none. """
-    from ..train.inputs import resumable_checkpoint
     if resumable_checkpoint(str(a.spec.folder)) is not None:
         write_elapsed(a.spec.folder / ELAPSED_FILE, a.earlier + time.time() - a.start, a.parts)
 

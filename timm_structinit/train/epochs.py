@@ -15,8 +15,8 @@ from timm.utils import CheckpointSaver, ModelEmaV3, unwrap_model, update_summary
 from ..diagnostics.mass_tracking import TargetMassTracker, mass_columns
 from .failures import RunStopped, posted_failure, stops_held
 from .loop import mean_lr, seed_epoch, train_one_epoch, validate
-from .inputs import resumable_checkpoint
-from .output import holds_finished_epoch, plot_summary, writing_output
+from ..utils.run_folder import holds_finished_epoch, resumable_checkpoint
+from .output import plot_summary, writing_output
 
 __all__ = ['Run', 'run_epochs', 'finish_run', 'updates_in']
 

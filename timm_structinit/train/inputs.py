@@ -4,7 +4,6 @@ every check of names, shapes and parameter groups is made. `check_args` reads th
 checks, the model's build and the restore take them from here, and nothing opens those files again. """
 import argparse
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -16,9 +15,9 @@ from ..errors import ConfigError
 from ..hub.probe import check_weights_source
 from ..models.registry import check_model_args
 from ..utils.command_line import error_line
+from ..utils.run_folder import resumable_checkpoint
 
-__all__ = ['RunInputs', 'read_inputs', 'read_checkpoint', 'resume_path', 'resume_file', 'resumable_checkpoint',
-           'in_chans',
+__all__ = ['RunInputs', 'read_inputs', 'read_checkpoint', 'resume_path', 'resume_file', 'in_chans',
            'model_factory_kwargs', 'checkpoint_state_dict', 'ema_state_dict', 'saved_args']
 
 
@@ -54,17 +53,6 @@ def model_factory_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     options = dict(in_chans=in_chans(args), num_classes=args.num_classes, drop_rate=args.drop,
                    drop_path_rate=args.drop_path, drop_block_rate=args.drop_block, global_pool=args.gp)
     return {**{k: v for k, v in options.items() if v is not None}, **args.model_kwargs}
-
-
-def resumable_checkpoint(folder: str) -> Optional[str]:
-    """ The checkpoint a run's folder resumes from: its last.pth.tar, or where that is missing (a process killed
-    while timm's saver replaced it) the checkpoint-N.pth.tar of its latest epoch; None when it holds neither. """
-    last = os.path.join(folder, 'last.pth.tar')
-    if os.path.isfile(last):
-        return last
-    numbered = [(int(m.group(1)), name) for name in (os.listdir(folder) if os.path.isdir(folder) else ())
-                for m in [re.fullmatch(r'checkpoint-(\d+)\.pth\.tar', name)] if m]
-    return os.path.join(folder, max(numbered)[1]) if numbered else None
 
 
 def resume_path(resume: str) -> str:
