@@ -22,7 +22,9 @@ until the first failure) instead of the tests named for it: what a bug meets whe
 the whole working tree (every file git tracks or would), so a mutation may edit the command lines' package
 (`../timm_structinit_cli/...`) and the tests of the docs and the benchmarks find what they read. The test files
 that name a mutated module run first and the rest of the subset only if they all pass: the verdict of the whole
-subset, sooner. `-n 2` runs the tests in two processes (pytest-xdist).
+subset, sooner. `-n 2` runs the tests in two processes (pytest-xdist). A list may say, in its `EQUIVALENT` (name ->
+one line), why a mutation cannot change behaviour; a survivor with such a line is counted apart. `--merge RESULT`
+runs the mutations named (`--only`) and keeps every other one's lines from an earlier result of the list, marked.
 
     python benchmarks/mutations.py --list benchmarks/mutations_second_pass.py --fast-subset -n 2 \
         --out benchmarks/results/mutations_second_pass.txt
@@ -41,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from results_file import write_lines
 
@@ -524,6 +526,31 @@ def load_mutations(path: str) -> List[Mutation]:
     return list(module.MUTATIONS)
 
 
+def load_equivalents(path: Optional[str]) -> Dict[str, str]:
+    """ The `EQUIVALENT` of a list file (mutation name -> one line saying why it cannot change behaviour), if any. """
+    if not path:
+        return {}
+    sys.modules.setdefault('mutations', sys.modules[__name__])
+    spec = importlib.util.spec_from_file_location(Path(path).stem + '_equivalents', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(getattr(module, 'EQUIVALENT', {}))
+
+
+def _blocks(path: str) -> Dict[str, List[str]]:
+    """ The result blocks (name -> its lines) of an earlier result file. """
+    blocks, name = {}, None
+    for line in Path(path).read_text().splitlines():
+        if line and not line.startswith((' ', '#')) and ': ' in line and not line[0].isdigit():
+            name = line.split(': ', 1)[0]
+            blocks[name] = [line]
+        elif line.startswith(' ') and name is not None:
+            blocks[name].append(line)
+        else:
+            name = None
+    return blocks
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--list', metavar='FILE', help="another file's MUTATIONS instead of this one's")
@@ -534,6 +561,8 @@ def main(argv=None) -> int:
                         help='run the tests in N processes (pytest-xdist); 0: in one')
     parser.add_argument('--timeout', type=float, default=900, help='seconds per mutant')
     parser.add_argument('--out', help='write the result here too')
+    parser.add_argument('--merge', metavar='RESULT', help='an earlier result file of the same list: the mutations not '
+                                                            'run now keep their lines from it')
     args = parser.parse_args(argv)
     mutations = load_mutations(args.list) if args.list else MUTATIONS
     names = [m.name for m in mutations]
@@ -552,22 +581,38 @@ def main(argv=None) -> int:
              f' run until the first failure (-x){f" in {args.workers} processes" if args.workers else ""}', '']
     for line in lines:
         print(line, flush=True)
-    survived = 0
-    for mutation in chosen:
-        verdict, failed, seconds = run_mutation(mutation, args.timeout, tests, args.workers)
-        survived += verdict != 'caught'
-        block = [f'{mutation.name}: {mutation.what}',
-                 f'  {verdict} ({len(failed)} failed, {seconds:.0f}s; ran {shlex.join(tests or mutation.tests)})']
-        block += [f'    {test}' for test in failed]
+    equivalent = load_equivalents(args.list)
+    earlier = _blocks(args.merge) if args.merge else {}
+    if earlier:
+        lines.insert(3, f'# merged with {args.merge}: the mutations not run now keep their lines from it, each marked')
+    verdicts = {}
+    for mutation in (mutations if earlier else chosen):
+        if mutation not in chosen:
+            block = [line for line in earlier.get(mutation.name, [f'{mutation.name}: {mutation.what}', '  NOT RUN'])
+                     if not line.startswith('    cannot change behaviour: ')]
+            block = [block[0], block[1] + ' [earlier run]', *block[2:]]
+            verdicts[mutation.name] = block[1].split()[0]
+        else:
+            verdict, failed, seconds = run_mutation(mutation, args.timeout, tests, args.workers)
+            verdicts[mutation.name] = verdict
+            block = [f'{mutation.name}: {mutation.what}',
+                     f'  {verdict} ({len(failed)} failed, {seconds:.0f}s; ran {shlex.join(tests or mutation.tests)})']
+            block += [f'    {test}' for test in failed]
+        if verdicts[mutation.name] != 'caught' and mutation.name in equivalent:
+            block.append(f'    cannot change behaviour: {equivalent[mutation.name]}')
         for line in block:
             print(line, flush=True)
         lines += block
-    summary = f'{len(chosen) - survived} of {len(chosen)} mutations caught'
+    caught = sum(v == 'caught' for v in verdicts.values())
+    explained = sum(v != 'caught' and n in equivalent for n, v in verdicts.items())
+    summary = (f'{caught} of {len(verdicts)} mutations caught' +
+               (f'; {explained} survive that cannot change behaviour (each says why)' if explained else '') +
+               f'; {len(verdicts) - caught - explained} unexplained')
     print(summary)
     lines += ['', summary]
     if args.out:
         write_lines(args.out, lines)
-    return 0 if survived == 0 else 1
+    return 0 if len(verdicts) - caught - explained == 0 else 1
 
 
 if __name__ == '__main__':
