@@ -642,7 +642,7 @@ def report(out_dir: Path) -> None:
 def plot_curves(results: List[dict], names: List[str], out: Path, title: str, key: str = 'curve',
                 ylabel: str = 'test top-1 (%)', first_epoch: int = 1) -> None:
     """ One line per run of `results[i][key]` against the epoch, a colour per init, dashed for seed 1. """
-    from timm_structinit.utils.figures import new_figure, save_figure
+    from timm_structinit.utils.figures import epoch_axis, new_figure, save_figure
     from matplotlib import colormaps
     palette = colormaps['tab10' if len(names) <= 10 else 'tab20'].colors  # 11 arms in the papers' regime
     colors = {name: palette[i % len(palette)] for i, name in enumerate(names)}
@@ -657,7 +657,7 @@ def plot_curves(results: List[dict], names: List[str], out: Path, title: str, ke
             [int(m['epoch']) for m in r['target_mass']] if key == 'mass' else None)
         ax.plot(epochs or range(first_epoch, first_epoch + len(r[key])), r[key], color=colors[r['init']],
                 label=label, linestyle='-' if r['seed'] == 0 else '--')
-    ax.set_xlabel('epoch'), ax.set_ylabel(ylabel)
+    epoch_axis(ax), ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3), ax.legend(fontsize=8)
     save_figure(fig, out, dpi=100)

@@ -387,13 +387,22 @@ MUTATIONS = [
     Mutation('compare-pooled-df', "the gain's interval takes the pooled t's n1 + n2 - 2 degrees of freedom, not "
              "Welch-Satterthwaite's", (
                  ('compare/stats.py',
-                  'df = (va + vb) ** 2 / (va ** 2 / (len(finals) - 1) + vb ** 2 / (len(plain) - 1))',
-                  'df = len(finals) + len(plain) - 2'),),
+                  'return va + vb, (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))',
+                  'return va + vb, n_a + n_b - 2'),),
              (COMPARE_TESTS, '-k', 'welch or decisions')),
     Mutation('compare-normal-quantile', "the gain's interval takes the normal 1.96, not Student's t quantile", (
-        ('compare/stats.py', 't_quantile(0.5 + CONFIDENCE / 2, df) * math.sqrt(va + vb)',
-         '1.959964 * math.sqrt(va + vb)'),),
+        ('compare/stats.py', 't_quantile(0.5 + CONFIDENCE / 2, df) * math.sqrt(variance)',
+         '1.959964 * math.sqrt(variance)'),),
         (COMPARE_TESTS, '-k', 'welch or decisions')),
+    Mutation('compare-seeds-without-power', "the seeds the spread needs put the gain at the interval's edge (50% "
+             "power), not beyond it at 80%", (
+                 ('compare/stats.py', '(t_quantile(0.5 + confidence / 2, df) + t_quantile(power, df)) * math.sqrt(',
+                  't_quantile(0.5 + confidence / 2, df) * math.sqrt('),),
+             (COMPARE_TESTS, '-k', 'seeds')),
+    Mutation('compare-margin-from-lowest', "an arm is said to beat every plain run when its lowest run beats the "
+             "plain init's lowest, not its highest", (
+                 ('compare/stats.py', 'margin = min(finals) - max(plain)', 'margin = min(finals) - min(plain)'),),
+             (COMPARE_TESTS, '-k', 'every_run or decisions')),
     Mutation('compare-verdict-sign', "a gain beyond its interval is called worse when positive, better when negative", (
         ('compare/stats.py', "return 'better' if self.gain > 0 else 'worse'",
          "return 'worse' if self.gain > 0 else 'better'"),),
@@ -413,8 +422,8 @@ MUTATIONS = [
                   'return arm.final_mean > majority'),),
              (COMPARE_TESTS, '-k', 'majority or learn')),
     Mutation('compare-chance-for-majority', "the decision holds the arms against chance, not the majority class", (
-        ('compare/report.py', "not_learned(list(stats.values()), test_split['chance'], test_split['majority'])",
-         "not_learned(list(stats.values()), test_split['chance'], test_split['chance'])"),),
+        ('compare/report.py', "not_learned(list(stats.values()), test_split['chance'], test_split['majority'],",
+         "not_learned(list(stats.values()), test_split['chance'], test_split['chance'],"),),
         (COMPARE_TESTS, '-k', 'majority or learn')),
     Mutation('compare-majority-of-training-split', "chance and the majority class are read off the training split", (
         ('compare/command.py', 'targets = list(dataset_targets(datasets[1]))',

@@ -1,21 +1,26 @@
 """ What every test shares: the thread count, the shared data's location, and the hygiene of a run of the suite:
 every subprocess a test starts ends with it, the caches that torch.compile, torchelastic, wandb and matplotlib
 write go to the session's temporary folder, a test that changes the thread count gets it back, and a Ctrl-C stops
-pytest even when a command run in the test process took it (`interrupts`). """
+pytest even when a command run in the test process took it (`interrupts`), the prompt back once pytest has said so.
+On a terminal, a line says that pytest is collecting while the test modules import (this module imports none of
+torch, timm or the package itself, so the line comes first). """
+import gc
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import interrupts
 
-# tests are small; one thread avoids oversubscription when two pytest processes share the machine
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# the training command and compare take OMP_NUM_THREADS as the user's thread count: with it set, the runs the tests
+# start (in this process and in the subprocesses, which inherit it) skip the probe that measures which count trains
+# fastest (up to seconds a run); the probe's own tests unset it
+os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 TESTS = Path(__file__).resolve().parent
 SHARED = TESTS.parent.parent / 'shared'
@@ -72,12 +77,15 @@ def caches_in_the_session_folder(tmp_path_factory):
 
 
 @pytest.fixture
-def one_torch_thread():
+def one_torch_thread(monkeypatch):
     """ Tiny models gain nothing from intra-op threads, and on a busy 2-core machine the threads' barriers make runs
     erratic (10-20x slower epochs); one thread keeps timings stable. A module that trains in process takes it with
-    `pytestmark = pytest.mark.usefixtures('one_torch_thread')`; subprocesses get OMP_NUM_THREADS=1. """
+    `pytestmark = pytest.mark.usefixtures('one_torch_thread')`: OMP_NUM_THREADS=1 as a user sets it, so that the
+    training command takes one thread without probing for the fastest count; subprocesses get OMP_NUM_THREADS=1. """
+    import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
     yield
     torch.set_num_threads(threads)
 
@@ -85,6 +93,7 @@ def one_torch_thread():
 @pytest.fixture(autouse=True)
 def thread_count_restored():
     """ A test may set torch's thread count (the determinism tests do); the next one starts with the suite's. """
+    import torch
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
@@ -132,28 +141,136 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-class _InterruptsPassedToWorkers:
-    """ pytest-xdist's controller, interrupted by a SIGINT (not by -x or a worker's own interrupt), passes it on to
-    its workers at once, so that each stops its test as the controller stopped (execnet would send it 5 s later, and
-    kill them 5 s after that). """
+class _XdistController:
+    """ pytest-xdist's controller: its workers collect and run the tests.
 
-    @staticmethod
-    def pytest_keyboard_interrupt(excinfo):
+    Under -q its own line says 'bringing up nodes...' until the tests start (its count of the workers collecting is
+    for the default verbosity and above), so a line says first that they collect.
+
+    Ctrl-C (a SIGINT; not -x, nor a worker's own interrupt, after which the workers end as usual) ends the workers
+    and every process below them at once, before the controller reports it: left to themselves, the workers took
+    seconds to end (one still importing torch, timm and the test modules first wrote its own summary of the
+    interrupt, which nobody reads, its fixtures ending the tests' processes after it), and execnet waits 10 s for
+    each before it kills the worker alone, leaving what its test had started. Each gets SIGINT, so that one that can
+    stops its test and ends it, then SIGKILL, with what is below it, if it still runs `GRACE` seconds later. """
+
+    GRACE = 0.5
+
+    def __init__(self):
+        self.ended = None  # after Ctrl-C: the workers, those killed, the processes killed (`end_children`)
+
+    @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own line, which stays below it
+    def pytest_xdist_setupnodes(self, config, specs):
+        reporter = _terminal(config)
+        if reporter is not None and config.option.verbose < 0:
+            reporter.write_line(f'collecting tests in {len(specs)} workers (each imports torch, timm and the test '
+                                f'modules) ...')
+
+    def pytest_keyboard_interrupt(self, excinfo):
         if interrupts.sigint_came():
-            interrupts.interrupt_children()
+            self.ended = interrupts.end_children(self.GRACE)
+
+    def pytest_terminal_summary(self, terminalreporter):  # what Ctrl-C ended, before pytest's account of it
+        if self.ended is None:
+            return
+        workers, late, killed = self.ended
+        below = killed - late
+        terminalreporter.write_line(f'Ctrl-C: {late} of the {workers} worker{"s" if workers != 1 else ""} still '
+                                    f'running {self.GRACE} s after it and {below} process{"es" if below != 1 else ""} '
+                                    f'below the workers were killed')
+
+
+class _Collecting:
+    """ The terminal line that says pytest is collecting, updated as modules are collected. """
+    shown = 0.0  # when the line was last written
+    items = 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    """ Say on a terminal that pytest is collecting, at once: importing torch, timm and the test modules takes
+    seconds (tens on a busy machine), and `-q` shows nothing until it ends; this module imports none of them, so
+    the line comes before they start. Then the suite's thread count: tests are small, and two threads at most keep
+    two pytest processes from crowding a 2-core machine. """
+    if session.config.pluginmanager.has_plugin('dsession'):  # pytest-xdist's controller: its workers collect, and
+        return  # `_XdistController` says so
+    reporter = _terminal(session.config)
+    if reporter is not None:
+        reporter.rewrite('collecting tests (importing torch, timm and the test modules) ...', erase=True)
+        _Collecting.shown = time.monotonic()
+    import torch
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+def _terminal(config):
+    reporter = config.pluginmanager.get_plugin('terminalreporter')
+    # a worker of pytest-xdist has `workerinput`; its environment's PYTEST_XDIST_WORKER is also inherited by the
+    # pytest processes its tests start, which are not workers
+    return reporter if reporter is not None and reporter.isatty and not hasattr(config, 'workerinput') else None
+
+
+def pytest_collectreport(report):
+    _Collecting.items += sum(isinstance(node, pytest.Item) for node in getattr(report, 'result', None) or ())
+    reporter = _terminal(_Session.config) if _Session.config is not None else None
+    if reporter is not None and time.monotonic() - _Collecting.shown > 0.5:
+        reporter.rewrite(f'collecting tests ... {_Collecting.items}', erase=True)
+        _Collecting.shown = time.monotonic()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session):
+    reporter = _terminal(session.config)
+    if reporter is not None:  # the line says what was collected, and the tests' own output starts below it
+        count = len(session.items)
+        reporter.rewrite(f'collected {count} test{"s" if count != 1 else ""}', erase=True)
+        reporter.write('\n')
+
+
+class _Session:
+    config = None
+    status = None  # pytest's exit status, once the session has finished
 
 
 def pytest_configure(config):
+    _Session.config = config
     interrupts.watch()
 
 
 def pytest_sessionstart(session):
     if session.config.pluginmanager.has_plugin('dsession'):  # pytest-xdist's controller
-        session.config.pluginmanager.register(_InterruptsPassedToWorkers())
+        session.config.pluginmanager.register(_XdistController())
 
 
+def pytest_keyboard_interrupt(excinfo):
+    """ Ctrl-C: what is left (the summary, the plugins' last words, the fixtures' teardown) runs without the cyclic
+    garbage collector, whose passes over a heap that holds torch, timm and every test module took seconds (an
+    import the summary makes set off several), and the process ends at once after it (`pytest_unconfigure`). """
+    gc.disable()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _Session.status = int(exitstatus)
+
+
+def _exit_at_once(status: int) -> None:
+    """ End the process now, its output flushed: skip the interpreter's teardown. """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     interrupts.unwatch()
+    if _Session.status == pytest.ExitCode.INTERRUPTED:
+        # Ctrl-C: pytest has said so, every fixture has ended (the processes the tests started with them) and every
+        # plugin has unconfigured (this hook runs last); what is left is cleanup that collects the garbage of torch,
+        # timm and every test module (pytest's search for unraisable exceptions, then the interpreter's teardown),
+        # seconds a pass on a busy machine before the prompt came back. The process ends here instead.
+        _exit_at_once(int(_Session.status))
 
 
 def _then_stop_if_interrupted():

@@ -7,13 +7,17 @@ wakeup file descriptor (`signal.set_wakeup_fd`); here that is a pipe, read after
 (`run_main`) and after each phase of each test (conftest): a SIGINT found there is raised again as the
 KeyboardInterrupt that stops pytest. Nothing the commands do changes, and a test that raises KeyboardInterrupt itself
 (to stand for a Ctrl-C) sends no signal, so it stays a test; a test that sent SIGINT to its own process would stop
-the suite (the tests signal the processes they start, never their own). pytest-xdist's controller passes a SIGINT on
-to its workers (`interrupt_children`), each of which then stops as above. """
+the suite (the tests signal the processes they start, never their own). pytest-xdist's controller, interrupted, ends
+its workers and every process below them (`end_children`): a worker still importing torch, timm and the test modules,
+or writing its own summary of the interrupt, which nobody reads, took seconds more to end on its own. """
 import os
+import select
 import signal
-from pathlib import Path
+import time
 
-__all__ = ['watch', 'unwatch', 'sigint_came', 'stop_if_interrupted', 'interrupt_children',
+import process_trees
+
+__all__ = ['watch', 'unwatch', 'sigint_came', 'stop_if_interrupted', 'end_children',
            'signals_as_in_a_terminal']
 
 
@@ -87,19 +91,24 @@ def stop_if_interrupted() -> None:
         raise KeyboardInterrupt('SIGINT reached the test process (a command it ran took it as its own Ctrl-C)')
 
 
-def interrupt_children() -> None:
-    """ Send SIGINT to this process's children (Linux; elsewhere none are found). """
-    children = []
-    for task in Path('/proc/self/task').glob('*'):
-        try:
-            children += [int(pid) for pid in (task / 'children').read_text().split()]
-        except (OSError, ValueError):
-            pass
-    for pid in children:
-        try:
-            os.kill(pid, signal.SIGINT)
-        except (ProcessLookupError, PermissionError):
-            pass
+def end_children(grace: float) -> tuple:
+    """ End this process's children and every process below them: SIGINT to each child, so that it may stop on its
+    own, then, after `grace` seconds or once every child has ended, SIGKILL to every process still running that was
+    below them when this was called (a child that stopped in time may have left some) or is below them then (a child
+    that did not may have started more). Returns how many children there were, how many of them were still running
+    after `grace` seconds, and how many processes were killed in all. """
+    workers = process_trees.hold(process_trees.children(os.getpid()))
+    below, pending = {}, list(workers)
+    while pending:  # the trees as they are now: a child that ends leaves its own children to init, out of reach
+        found = process_trees.hold(child for pid in pending for child in process_trees.children(pid))
+        below.update(found)
+        pending = list(found)
+    for pidfd in workers.values():
+        process_trees.send(pidfd, signal.SIGINT)
+    deadline, running = time.monotonic() + grace, set(workers.values())
+    while running and time.monotonic() < deadline:  # a pidfd reads as ready once its process has ended
+        running -= set(select.select(list(running), [], [], max(0.0, deadline - time.monotonic()))[0])
+    return len(workers), len(running), process_trees.kill_trees({**workers, **below})
 
 
 def signals_as_in_a_terminal() -> None:

@@ -69,7 +69,7 @@ def test_empty_class_folder_is_refused(tmp_path, capsys):
     code, out, err = run_train([*TINY, *FAST, '--data-dir', data, '--output', tmp_path / 'out'], capsys)
     assert code == 2
     line = one_error_line(err)
-    assert "--train-split 'train'" in line and 'class folder(s) dog' in line and 'hold no images' in line
+    assert "--train-split 'train'" in line and 'class folder dog' in line and 'holds no images' in line
     assert not (tmp_path / 'out').exists()
 
 

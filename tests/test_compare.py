@@ -59,6 +59,72 @@ def test_decisions_on_hand_made_results(results, verdicts, words):
     assert words in stats.decide(gains, {a: len(v) for a, v in results.items()}, 'plain')
 
 
+# the runs a reader saw (2 seeds an arm, 18 epochs): every mimetic run above every plain run by 22 points or more
+SEPARATE = {'plain': [70.07, 56.20], 'mimetic': [94.89, 92.46], 'impulse3': [86.86, 84.67]}
+
+
+def test_an_arm_whose_every_run_beats_every_plain_run_is_said_so_with_the_seeds_it_needs():
+    """ Worked by hand: plain's mean 63.135 and variance 13.87^2 / 2 = 96.188, mimetic's 93.675 and 2.43^2 / 2 =
+    2.952; the gain 30.54, every mimetic run above every plain one by 92.46 - 70.07 = 22.39 at least. Welch, 2 seeds
+    each: variance of the gain (96.188 + 2.952) / 2 = 49.570, df 49.570^2 / (48.094^2 + 1.476^2) = 1.061, half-width
+    t(0.975, 1.061) = 11.096 times 7.041 = 78.1: the interval holds zero. The seeds the spread needs, at 95% and 80%
+    power, are the fewest n with (t(0.975, df_n) + t(0.8, df_n)) sqrt(99.141 / n) <= 30.54: n = 2 gives (11.096 +
+    1.334) 7.041 = 87.5, n = 3 (df 2.123) gives (4.073 + 1.046) 5.749 = 29.4: 3 seeds per arm (impulse3, +22.63,
+    needs 4: n = 3 gives 29.6). One more seed for each of the 3 arms: 3 runs of 300 s, 15 min. """
+    gains = _gains(SEPARATE)
+    mimetic, impulse3 = gains
+    assert mimetic.verdict == 'unclear' and mimetic.gain == pytest.approx(30.54)
+    assert mimetic.margin == pytest.approx(22.39) and impulse3.margin == pytest.approx(84.67 - 70.07)
+    assert mimetic.df == pytest.approx(1.0613, abs=1e-4) and mimetic.half_width == pytest.approx(78.12, abs=0.01)
+    assert (mimetic.seeds_needed, impulse3.seeds_needed) == (3, 4)
+    decision = stats.decide(gains, {a: len(v) for a, v in SEPARATE.items()}, 'plain', run_seconds=300.0)
+    assert decision == (
+        'mimetic: each of its 2 runs beat every plain run, by 22.39 points at least (gain +30.54), but with 2 seeds '
+        'each the 95% interval (± 78.12) still holds zero: the seed spread may yet explain it; impulse3 likewise; '
+        'the spread seen needs 3 seeds per arm to decide a gain of +30.54 (80% of the time): --seeds 3 with the '
+        'same --out trains 3 more runs (about 15 min one at a time)')
+
+
+def test_the_default_seeds_decide_a_gain_of_that_size():
+    """ compare's default plan, 3 seeds an arm, decides the gain above: with the spread seen, 3 seeds each give a
+    half-width of t(0.975, 2.123) sqrt(99.141 / 3) = 4.073 x 5.749 = 23.4 < 30.54, and meet the 80% power of
+    `seeds_needed`; 2 seeds would give 78.1. """
+    import argparse
+    from timm_structinit_cli.compare_options import add_arguments
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    n = parser.parse_args(['--out', 'x']).seeds
+    assert n == 3 == stats.seeds_needed(SEPARATE['mimetic'], SEPARATE['plain'])
+    va, vb = 13.87 ** 2 / 2 / n, 2.43 ** 2 / 2 / n  # each arm's variance of its mean, with n seeds
+    df = (va + vb) ** 2 / (va ** 2 / (n - 1) + vb ** 2 / (n - 1))
+    half_width = scipy_stats.t.ppf(0.975, df) * (va + vb) ** 0.5
+    assert half_width == pytest.approx(23.4, abs=0.05) and half_width < 30.54
+
+
+@pytest.mark.parametrize('finals, plain', [([58.7, 59.5], [54.9, 55.1]), ([60.1, 57.0, 59.9], [55.2, 54.0, 56.0]),
+                                           ([41.5, 42.0, 43.1, 40.2], [42.1, 42.3, 41.0, 43.9]),
+                                           ([80.0, 90.0], [50.0, 75.0])])
+def test_the_seeds_needed_are_the_fewest_that_meet_the_power_formula(finals, plain):
+    """ The formula of `seeds_needed`, restated with SciPy's quantiles: n is the first count that meets it. """
+    import statistics
+    gain = abs(statistics.mean(finals) - statistics.mean(plain))
+    va, vb = statistics.variance(finals), statistics.variance(plain)
+
+    def meets(n):
+        df = ((va + vb) / n) ** 2 / ((va / n) ** 2 / (n - 1) + (vb / n) ** 2 / (n - 1))
+        return (scipy_stats.t.ppf(0.975, df) + scipy_stats.t.ppf(0.8, df)) * ((va + vb) / n) ** 0.5 <= gain
+    n = stats.seeds_needed(finals, plain)
+    expected = next((k for k in range(2, stats.MOST_SEEDS + 1) if meets(k)), stats.MOST_SEEDS + 1)
+    assert n == expected
+
+
+def test_a_gain_too_small_for_its_spread_is_said_so():
+    gains = _gains({'plain': [50.0, 54.0], 'mimetic': [50.5, 54.5]})
+    decision = stats.decide(gains, {'plain': 2, 'mimetic': 2}, 'plain')
+    assert decision.startswith('no init beats the plain one beyond the seed spread (2 seeds each)')
+    assert f'even {stats.MOST_SEEDS} seeds per arm would not tell a gain of +0.50 from none' in decision
+
+
 def test_one_seed_has_no_spread_to_judge_by():
     gains = _gains({'plain': [50.0], 'mimetic': [60.0]})
     assert gains[0].half_width is None and gains[0].verdict == 'unclear'
@@ -84,7 +150,7 @@ def tiny_comparison(tmp_path_factory):
     """ Two inits x two seeds x one epoch on the digits, two runs at a time. """
     out = tmp_path_factory.mktemp('compare') / 'cmp'
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--inits', 'plain', 'mimetic',
-           '--concurrent', '2', *TINY]
+           '--seeds', '2', '--concurrent', '2', *TINY]
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     return out, done
 
@@ -105,13 +171,15 @@ def test_a_tiny_comparison_writes_the_answer(tiny_comparison):
     assert (out / 'curves.png').stat().st_size > 1000
     for r in answer['runs']:
         assert r['device'].startswith('CPU') and r['torch'] and r['seconds'] > 0 and r['epochs'] == 1
+        assert r['threads'] == [1]  # two runs at a time on their share of the cores (one each on 2 cores)
 
 
 @pytest.mark.slow
 def test_a_second_call_trains_nothing(tiny_comparison, capsys):
     out, _ = tiny_comparison
     before = {p: p.stat().st_mtime for p in (out / 'runs').glob('*/result.json')}
-    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic', '--concurrent', '2', *TINY], capsys)
+    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic', '--seeds', '2', '--concurrent', '2',
+                                  *TINY], capsys)
     assert code == 0, err
     assert '[start]' not in stdout and '[resume]' not in stdout
     assert {p: p.stat().st_mtime for p in (out / 'runs').glob('*/result.json')} == before
@@ -123,7 +191,7 @@ def test_report_alone_writes_the_answer_from_the_runs(tiny_comparison, capsys):
     (out / 'results.md').unlink()
     code, stdout, err = _compare(['--out', out, '--report'], capsys)
     assert code == 0, err
-    assert (out / 'results.md').is_file() and 'seed(s)' in stdout
+    assert (out / 'results.md').is_file() and re.search(r'^plain +2 seeds +final top-1', stdout, re.M), stdout
 
 
 @pytest.mark.slow
@@ -205,11 +273,13 @@ def test_a_stopped_comparison_resumes(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, err
-    assert 'continue with: timm-structinit compare' in err and 'Traceback' not in err
+    # the line keeps the thread count the runs were started with: pasted, it trains them as before
+    assert f'continue with: OMP_NUM_THREADS=1 timm-structinit compare --out {out}' in err and 'Traceback' not in err
     assert not (out / 'runs' / 'plain_s0' / 'result.json').exists()
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert '[resume] plain_s0' in done.stdout
+    assert done.stdout.startswith('1 run (1 arm x 1 seed) of '), done.stdout  # no "1 runs", "1 seeds"
     assert json.loads((out / 'runs' / 'plain_s0' / 'result.json').read_text())['epochs'] == 3
 
 
@@ -300,18 +370,31 @@ def _write_results(out, finals, test_split, settings=None, seconds=60.0):
 
 def test_runs_at_chance_are_said_not_to_have_learned(tmp_path, capsys):
     """ Every arm within its seed spread of the majority class (19.6%): the decision says the runs did not learn and
-    what to change, gives the chance and majority-class top-1, and does not ask for more seeds. """
+    what to change, gives the chance and majority-class top-1, and does not ask for more seeds. The runs trained on
+    the whole training split: more data is not a flag away (`--train-subset` only shrinks the split), so it is not
+    proposed. """
     _write_results(tmp_path, AT_CHANCE, dict(images=1000, classes=10, chance=10.0, majority=19.6))
     code, stdout, err = _compare(['--out', tmp_path, '--report'], capsys)
     assert code == 0, err
     answer = json.loads((tmp_path / 'results.json').read_text())
     assert answer['decision'].startswith('the runs did not learn') and answer['learned'] is False
-    for words in ('19.60%', 'chance 10.00%', '--epochs', '--train-subset', '--model-kwargs'):
+    for words in ('19.60%', 'chance 10.00%', '--epochs', '--model-kwargs'):
         assert words in answer['decision'], answer['decision']
-    assert 'more seeds' not in answer['decision']
+    assert 'more seeds' not in answer['decision'] and '--train-subset' not in answer['decision']
     text = (tmp_path / 'results.md').read_text()
     assert 'chance 10.00% top-1, majority class 19.60%' in text and answer['decision'] in stdout
     assert '- base model: `vit_tiny_patch2_32_gap_sincos`\n' in text  # a folder that did not record the model built
+
+
+def test_runs_on_a_subset_are_told_to_take_more_of_the_split(tmp_path, capsys):
+    """ The same runs on a subset of 1,000 training images: taking more of the split is advice that applies. """
+    settings = dict(model='vit_tiny_patch2_32_gap_sincos', model_kwargs={}, train_options=['--train-subset', '1000'],
+                    train_subset=1000)
+    _write_results(tmp_path, AT_CHANCE, dict(images=1000, classes=10, chance=10.0, majority=19.6), settings)
+    code, stdout, err = _compare(['--out', tmp_path, '--report'], capsys)
+    decision = json.loads((tmp_path / 'results.json').read_text())['decision']
+    assert code == 0 and 'on more of the training split (--train-subset above its 1,000 images, or none)' in \
+        decision, decision
 
 
 def test_an_arm_above_the_majority_class_beyond_its_spread_has_learned(tmp_path, capsys):
@@ -369,13 +452,45 @@ def test_a_comparison_on_random_labels_says_the_runs_did_not_learn(tmp_path):
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--data-dir',
            str(tmp_path / 'data'), '--val-split', 'test', '--inits', 'plain', 'mimetic', '--epochs', '1', '-b', '16',
            '--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--device', 'cpu',
-           '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--concurrent', '2']
+           '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--seeds', '2',
+           '--concurrent', '2']
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads((out / 'results.json').read_text())
     assert answer['test_split'] == dict(images=20, classes=3, chance=pytest.approx(100 / 3), majority=60.0)
     assert answer['decision'].startswith('the runs did not learn'), answer['decision']
     assert 'majority class 60.00%' in done.stdout and 'chance 33.33%' in done.stdout
+
+
+def test_a_warning_of_the_checks_names_the_command_the_user_ran(tmp_path, capsys):
+    """ compare checks each run's options with the training command's own checks: their warning is compare's. """
+    code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--warmup-epochs', '3', '--inits', 'plain',
+                                  '--time-limit', '0.001'], capsys)
+    assert code == 2, err
+    assert 'timm-structinit compare: warning: --warmup-epochs 3 is not shorter than --epochs 1' in err, err
+    assert 'timm-structinit-train:' not in err
+
+
+@pytest.mark.slow
+def test_a_logged_warning_names_the_command_the_user_ran(tmp_path):
+    """ A warning the data reader logs (a file of a kind timm does not read), under compare and under the training
+    command: each labelled with the command that ran. """
+    from train_command import two_class_folder
+    data = two_class_folder(tmp_path / 'data', 4, 16)
+    (data / 'train' / 'cat' / 'extra.gif').write_bytes(b'GIF89a')
+    options = ['--data-dir', str(data), '--val-split', 'test', '--epochs', '1', '--warmup-epochs', '0', '-b', '4',
+               '--workers', '0', '--device', 'cpu', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
+               'patch_size=8']
+    done = subprocess.run([sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(tmp_path / 'cmp'),
+                           *options, '--inits', 'plain', '--time-limit', '0.001'], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "timm-structinit compare: warning: --train-split 'train': 1 .gif file under" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, '-m', 'timm_structinit.train', '--model', 'vit_tiny_patch2_32_gap_sincos',
+                           *options, '--output', str(tmp_path / 'run')], capture_output=True, text=True, env=ENV,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "timm-structinit-train: warning: --train-split 'train': 1 .gif file under" in done.stdout, done.stdout
 
 
 # --- estimates ------------------------------------------------------------------------------------------------------
@@ -497,18 +612,66 @@ def test_a_resumed_runs_time_counts_every_part(tmp_path):
 
 
 def test_each_run_gets_its_share_of_the_cores():
-    """ Runs side by side on the cores: each its share of torch threads and loader processes, and no more than a
-    run asks for. """
-    from timm_structinit.compare.cores import CoreShare
+    """ Runs side by side on the cores: each its share of torch threads (given with --threads) and loader
+    processes, and no more than a run asks for; one run at a time takes the count the user sets, or chooses its own,
+    and the header says which. """
+    from timm_structinit.compare.cores import CoreShare, core_share
     two_on_two = CoreShare(2, 2)
-    assert (two_on_two.per_run, two_on_two.threads({}), two_on_two.workers(4)) == (1, 1, 1)
-    assert two_on_two.run_options(4) == ['--workers', '1'] and two_on_two.run_options(0) == []
-    assert CoreShare(2, 2).threads({'OMP_NUM_THREADS': '1'}) == 1
+    assert (two_on_two.per_run, two_on_two.threads(), two_on_two.workers(4)) == (1, 1, 1)
+    assert two_on_two.run_options(4) == ['--threads', '1', '--workers', '1']
+    assert two_on_two.run_options(0) == ['--threads', '1']
+    assert CoreShare(2, 2, 1, 'OMP_NUM_THREADS').run_options(0) == []  # the environment gives the runs their one
+    assert CoreShare(2, 2, 4, '--threads').threads() == 1  # at most the share, beside another run
     assert (CoreShare(16, 3).per_run, CoreShare(16, 3).workers(8), CoreShare(16, 3).workers(2)) == (5, 5, 2)
     alone = CoreShare(2, 1)
-    assert alone.per_run == 2 and alone.run_options(4) == [] and alone.crowding == 1
+    assert alone.per_run == 2 and alone.threads() is None and alone.run_options(4) == [] and alone.crowding == 1
     assert CoreShare(2, 3).per_run == 1 and CoreShare(2, 3).crowding == 1.5
     assert 'each on 1 of the 2 cores (1 torch thread, 1 loader process)' in two_on_two.description(4)
+    assert 'a probe of its training step' in alone.description(4) and '(2 or 1, of the 2 cores)' in \
+        alone.description(4)
+    # one run at a time under OMP_NUM_THREADS=1: one thread, said as such (not "each on 2 of the 2 cores")
+    under_omp = core_share(1, None, {'OMP_NUM_THREADS': '1'})
+    assert under_omp.threads() == 1 and under_omp.run_options(0) == []
+    assert under_omp.description(0) == 'each with 1 torch thread (as OMP_NUM_THREADS sets) and 0 loader processes'
+    assert core_share(1, 2, {'OMP_NUM_THREADS': '1'}).description(0).startswith('each with 2 torch threads (as '
+                                                                                 '--threads sets)')
+
+
+def test_a_result_records_the_threads_its_epochs_trained_with():
+    """ A run stopped on two threads and resumed on one: its result keeps both counts in their order, and the
+    answer's table shows them beside its device. """
+    from timm_structinit.compare.report import _markdown, result_record
+    rows = [dict(epoch=0.0, eval_top1=50.0, train_loss=2.0, train_threads=2.0),
+            dict(epoch=1.0, eval_top1=60.0, train_loss=1.5, train_threads=1.0)]
+    result = result_record('plain', 0, rows, 30.0, True, ['python', '-m', 'x'], dict(device='CPU', torch='2'),
+                           '2026-11-28T10:00:00', parts=2)
+    assert result['threads'] == [2, 1]
+    summary = summarize(['plain'], [result], 'plain')
+    assert '| CPU, torch 2, 2/1 threads |' in '\n'.join(_markdown({}, summary, [result], []))
+    older = result_record('plain', 0, [{k: v for k, v in r.items() if k != 'train_threads'} for r in rows], 30.0,
+                          False, ['python'], {}, '2026-11-28T10:00:00')
+    assert 'threads' not in older  # a summary that does not record them: none claimed
+
+
+def test_counts_are_said_in_their_number():
+    """ No '1 epochs' or 'seed(s)': one run of one epoch is said so, everywhere a count is. """
+    from timm_structinit.compare.estimate import RunEstimate
+    from timm_structinit.utils.words import counted
+    assert [counted(n, 'epoch') for n in (0, 1, 2)] == ['0 epochs', '1 epoch', '2 epochs']
+    assert counted(1, 'loader process') == '1 loader process' and counted(3, 'loader process') == '3 loader processes'
+    one = RunEstimate(2.0, 1.0, 3.0, 0.5, epochs=1, evaluations=1, beside=0, per_arm={'plain': 6.5})
+    assert 'then 1 epoch of about 3.0 s and 1 evaluation of about 0.5 s' in one.describe()
+    assert 'then 2 epochs of about' in RunEstimate(2.0, 1.0, 3.0, 0.5, 2, 2, 0, {'plain': 10.0}).describe()
+
+
+def test_the_line_that_continues_a_stopped_comparison_keeps_its_environment():
+    """ Pasted, the line trains the runs as before: the thread count and the devices the comparison was started
+    with come first, quoted as a shell reads them; what does not set how runs train is left out. """
+    from timm_structinit.compare.session import continue_command
+    argv = ['--out', 'my runs', '--seeds', '3']
+    assert continue_command(argv, {'OMP_NUM_THREADS': '1', 'HOME': '/root', 'CUDA_VISIBLE_DEVICES': '0,1'}) == (
+        "OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES=0,1 timm-structinit compare --out 'my runs' --seeds 3")
+    assert continue_command(argv, {}) == "timm-structinit compare --out 'my runs' --seeds 3"
 
 
 def test_the_runner_starts_each_run_with_its_environment(tmp_path):
@@ -606,7 +769,7 @@ def test_a_damaged_file_is_one_line_naming_it_and_nothing_is_lost(tmp_path, caps
     (['mimetic:qk_noise=0.7', 'plain', 'mimetic'], "'mimetic:qk_noise=0.7' and 'mimetic' are the same arm"),
     (['plain', 'impulse:kernel_size=3,kernel_size=5'], 'kernel_size is given twice'),
     (['plain', 'impulse3:kernel_size=5'], 'impulse3 is impulse with kernel_size=3 already'),
-    (['plain', 'mimetic:kernel_size=3'], "--inits 'mimetic:kernel_size=3': unknown hyperparameter(s) ['kernel_size']"),
+    (['plain', 'mimetic:kernel_size=3'], "--inits 'mimetic:kernel_size=3': unknown hyperparameter ['kernel_size']"),
     (['plain', 'impulse:kernel_size=abc'], "--inits 'impulse:kernel_size=abc': ImpulseCfg.kernel_size='abc' must be"),
     (['plain', 'impulse:kernel_size=5'], "--inits 'impulse:kernel_size=5': kernel_size=5 is larger than the patch"),
 ])
@@ -627,7 +790,7 @@ def test_the_same_settings_spelled_otherwise_are_the_same_comparison(tiny_compar
                  '--epochs', '1', '--val-subset', '48', '--train-subset', '96', '--val-split', 'test', '--dataset',
                  'sklearn/digits']
     assert sorted(respelled) != sorted(TINY)
-    argv = ['--out', out, '--inits', 'plain', 'mimetic', '--concurrent', '2', *respelled]
+    argv = ['--out', out, '--inits', 'plain', 'mimetic', '--seeds', '2', '--concurrent', '2', *respelled]
     code, stdout, err = _compare(argv, capsys)
     assert code == 0, err
     assert '[start]' not in stdout and '[resume]' not in stdout
@@ -636,6 +799,7 @@ def test_the_same_settings_spelled_otherwise_are_the_same_comparison(tiny_compar
 @pytest.mark.slow
 def test_an_arm_of_the_folder_under_another_name_is_refused(tiny_comparison, capsys):
     out, _ = tiny_comparison
-    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic:', '--concurrent', '2', *TINY], capsys)
+    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic:', '--seeds', '2', '--concurrent', '2',
+                                  *TINY], capsys)
     assert code == 2 and err.count('\n') == 1, err
     assert "--inits 'mimetic:' is the arm 'mimetic' of the runs in --out" in err, err

@@ -47,7 +47,7 @@ def test_a_runs_estimate_is_the_sum_of_its_parts(monkeypatch, changes, epochs, e
     impulse arm measures its target mass once before training and after each evaluation, on min(64, 100) images
     at 0.03125 s per batch of the evaluation's size. """
     monkeypatch.setattr(estimate, 'startup_seconds', lambda: 5.0)
-    monkeypatch.setattr(estimate, '_time_parts', lambda args, arm_args, begun: PARTS)
+    monkeypatch.setattr(estimate, '_time_parts', lambda args, arm_args, begun, share: PARTS)
     args = _args(**changes)
     arms = {'plain': (args, None), 'impulse3': (args, None)}
     got = estimate.estimate_runs(arms, CoreShare(2, 1), checks=0.5)
@@ -60,7 +60,7 @@ def test_a_runs_estimate_is_the_sum_of_its_parts(monkeypatch, changes, epochs, e
     assert (got.epochs, got.evaluations, got.epoch, got.evaluation) == (epochs, evaluations, epoch, evaluation)
     assert got.seconds == got.per_arm['impulse3'] and got.setup == 2 + 3 + 4
     assert got.describe() == (f'6 s to start, 9 s to build, then {epochs} epochs of about 1.5 s and {evaluations} '
-                              f'evaluations of about {evaluation:.1f} s')
+                              f'evaluation{"s" if evaluations != 1 else ""} of about {evaluation:.1f} s')
 
 
 class _Clock:
@@ -114,21 +114,26 @@ def test_each_run_gets_the_largest_whole_share_of_the_cores_and_one_at_least(cor
             assert per_run == 1 and share.crowding == concurrent / cores
         for requested in (0, 1, 3, 8):
             assert share.workers(requested) == min(requested, per_run)
-            options = share.run_options(requested)
-            assert options == ([] if min(requested, per_run) >= min(requested, cores) else
-                               ['--workers', str(min(requested, per_run))])
-        for omp, threads in (('', per_run), ('0', per_run), ('x', per_run), ('1', 1), (str(cores + 5), per_run)):
-            assert share.threads({'OMP_NUM_THREADS': omp} if omp else {}) == threads
-        assert share.run_env() == ({'OMP_NUM_THREADS': str(share.threads())} if share.threads() < cores else {})
+        # the count the user set (none, one, more than the machine's): one run alone takes it as it is, or chooses
+        # its own; beside others a run takes it within its share, else the share
+        for asked in (None, 1, cores + 5):
+            shared = CoreShare(cores, concurrent, asked, '--threads' if asked else '')
+            threads = asked if concurrent == 1 else (min(per_run, asked) if asked else per_run)
+            assert shared.threads() == threads, (cores, concurrent, asked)
+            for requested in (0, 1, 3, 8):
+                workers = min(requested, per_run)
+                assert shared.run_options(requested) == (
+                    (['--threads', str(threads)] if threads is not None and threads != asked else [])
+                    + (['--workers', str(workers)] if workers < min(requested, cores) else []))
 
 
-def test_the_share_is_said_in_words(monkeypatch):
-    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+def test_the_share_is_said_in_words():
     assert CoreShare(8, 2).description(8) == 'each on 4 of the 8 cores (4 torch threads, 4 loader processes)'
     assert CoreShare(2, 3).description(1) == 'each on 0.67 of the 2 cores (1 torch thread, 1 loader process)'
     assert CoreShare(4, 4).description(0) == 'each on 1 of the 4 cores (1 torch thread, 0 loader processes)'
-    monkeypatch.setenv('OMP_NUM_THREADS', '2')  # fewer asked than the share holds: the threads asked
-    assert CoreShare(8, 2).description(8) == 'each on 4 of the 8 cores (2 torch threads, 4 loader processes)'
+    # fewer asked than the share holds: the threads asked, and who asked
+    assert CoreShare(8, 2, 2, 'OMP_NUM_THREADS').description(8) == (
+        'each on 4 of the 8 cores (2 torch threads, as OMP_NUM_THREADS sets; 4 loader processes)')
 
 
 def test_the_time_left_is_worked_from_the_finished_runs_or_the_estimate():

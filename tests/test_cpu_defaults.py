@@ -32,7 +32,7 @@ def test_workers_beyond_the_cores_and_pinned_memory_make_no_warning(tmp_path, mo
     assert code == 0
     said = [str(w.message) for w in caught if any(text in str(w.message) for text in TORCH_WARNINGS)]
     assert not said, said
-    assert 'Loader: 1 worker processes per training process (3 asked for; 1 cores here)' in caplog.text
+    assert 'Loader: 1 worker process per training process (3 asked for; 1 core here)' in caplog.text
     assert 'workers: 3' in (tmp_path / 'x' / 'args.yaml').read_text()  # the run records what was asked for
 
 

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / 'README.md', *sorted((REPO / 'docs').glob('*.md'))]
 TIMM_SCRIPTS = REPO.parent / 'shared' / 'timm-scripts'
 # commands a user runs that are not this project's programs, or that fetch or install things
-OTHER_PROGRAMS = ('pip', 'git', 'bash', 'cd', 'hf', 'ln', 'timeout', '.')
+OTHER_PROGRAMS = ('pip', 'git', 'bash', 'cd', 'hf', 'ln', 'timeout', '.', 'scontrol', 'scancel')
 
 
 def _blocks(path: Path, language: str):
@@ -115,6 +115,12 @@ def test_documented_command(doc, tokens):
         return
     if program == 'python' and tokens[1:3] in (['-m', 'pytest'], ['-m', 'venv']) or program in OTHER_PROGRAMS:
         return
+    if program == 'sbatch':  # a job script of the repository; the arguments after it are the training command's
+        script = next(i for i, token in enumerate(tokens[1:], 1) if not token.startswith('-'))
+        assert (REPO / tokens[script]).is_file(), f'{doc}: no {tokens[script]}'
+        args = train_mod.parse_args(tokens[script + 1:])
+        assert _known_model(args.model), f'{doc}: unknown model {args.model}'
+        return
     run_args = _module_args(tokens, 'timm_structinit.run')
     script_args = run_args if run_args is not None else tokens[1:] if program == 'python' else None
     assert script_args, f'{doc}: unexpected command {" ".join(tokens)}'
@@ -180,6 +186,8 @@ NOT_RUN = (
     (r'^bash \.ci/run', 'CI: a fresh install and the whole suite'),
     (r'^git clone', "needs internet; the tests take timm's scripts from ../shared/timm-scripts"),
     (r'benchmarks/compare_inits\.py', 'hours of training; the benchmark is checked by its own runs'),
+    (r'--launcher slurm|^([A-Z_]+=\S* )*(sbatch|scontrol|scancel) ',
+     "submits to SLURM: tests/test_slurm.py runs the cluster guide's commands on a one-node SLURM cluster it starts"),
     (r'^timm-structinit compare ', 'trains every arm x seed in its own process (minutes); tests/test_compare.py runs '
                                    'a tiny comparison, a second call, a resume and every refusal'),
     (r'benchmarks/(loader_parity|data_path|augment_cost|mnist5k_folder)\.py',

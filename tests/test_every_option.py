@@ -53,6 +53,7 @@ TRAIN_INVALID = {
     '--grad-accum-steps': (['--grad-accum-steps', '0'], None),
     '--model-kwargs': (['--model-kwargs', 'depht=2'], 'depht'),
     '--device': (['--device', 'tpu'], None),
+    '--threads': (['--threads', '0'], None),
     '--amp': (['--amp=1'], None),
     '--amp-dtype': (['--amp-dtype', 'float8'], None),
     '--torchcompile': (['--torchcompile', 'nope'], None),
@@ -249,6 +250,19 @@ CLI_INVALID = {
     ('compare', '--concurrent'): (['--concurrent', '0'], '--concurrent'),
     ('compare', '--time-limit'): (['--time-limit', '-5'], '--time-limit'),
     ('compare', '--report'): (['--report=1'], '--report'),
+    ('compare', '--launcher'): (['--launcher', 'pbs'], '--launcher'),
+    ('compare', '--detach'): (['--detach'], '--detach'),
+    ('compare', '--slurm-config'): (['--launcher', 'slurm', '--slurm-config', '/nonexistent/cluster.yaml'],
+                                    '--slurm-config'),
+    ('compare', '--slurm-partition'): (['--slurm-partition', 'a b'], '--slurm-partition'),
+    ('compare', '--slurm-time'): (['--slurm-time', 'soon'], '--slurm-time'),
+    ('compare', '--slurm-gpus'): (['--slurm-gpus', '-1'], '--slurm-gpus'),
+    ('compare', '--slurm-cpus'): (['--slurm-cpus', '0'], '--slurm-cpus'),
+    ('compare', '--slurm-account'): (['--slurm-account', ''], '--slurm-account'),
+    ('compare', '--slurm-qos'): (['--slurm-qos', 'a b'], '--slurm-qos'),
+    ('compare', '--slurm-extra'): (['--slurm-extra', 'mem'], '--slurm-extra'),
+    ('compare', '--slurm-signal-delay'): (['--slurm-signal-delay', '0'], '--slurm-signal-delay'),
+    ('compare', '--slurm-poll'): (['--slurm-poll', '0'], '--slurm-poll'),
 }
 
 

@@ -114,7 +114,7 @@ def test_swin_structure_after_a_new_input_size():
 
 
 def test_swin_refuses_settings_that_do_not_apply():
-    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) \['solver'\] for struct_init 'impulse' on "
+    with pytest.raises(ValueError, match=r"unknown hyperparameter \['solver'\] for struct_init 'impulse' on "
                                          r"Swin Transformer models; valid: \['kernel_size', 'offsets'"):
         timm_structinit.apply_init(swin(), 'impulse', solver='svd')
     with pytest.raises(ValueError, match='target_mass=1.0 is out of range'):

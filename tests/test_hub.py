@@ -233,7 +233,9 @@ def test_export_trained_checkpoint(tmp_path):
     for row in ('| `lr` | 0.003 |', '| `epochs` | 12 |', '| `opt` | `adamw` |', '| `sched` | `cosine` |',
                 '| epoch (timm counts from 0) | 11 |', '| `seed` | 42 |', '| weights | `state_dict` |'):
         assert row in card, row
-    assert 'not recorded in the checkpoint' in card  # the run did not fix struct_init_seed
+    # the run did not fix struct_init_seed and, older, did not record the one its init drew
+    assert ("| init seed | not recorded in the checkpoint: the run did not fix struct_init_seed, so its init drew one "
+            "from torch's generator, seeded with the run's --seed 42, and this run did not record it |") in card
     assert '| final objective |' not in card
     assert 'hub_token' not in card
     _no_token_anywhere(folder)
@@ -245,6 +247,22 @@ def test_export_trained_checkpoint(tmp_path):
     assert data.datasets == ['uoft-cs/cifar10']
     (result,) = data.eval_results
     assert (result.dataset_type, result.dataset_split, result.metric_value) == ('uoft-cs/cifar10', 'validation', 61.25)
+
+
+def test_the_card_names_the_init_seed_a_run_started_from(tmp_path):
+    """ A run whose init drew its seed from torch's generator records it with its arguments: the card names it and
+    how it came, and the export builds that init again (its record); a seed fixed by model_kwargs is named as such. """
+    _trained_checkpoint(tmp_path / 'drawn.pth.tar', struct_init_seed=1234)
+    folder = hub.export_model(MIMETIC, tmp_path / 'drawn', checkpoint=tmp_path / 'drawn.pth.tar')
+    card = (folder / 'README.md').read_text()
+    assert ("| init seed | struct_init_seed 1234, drawn from torch's generator seeded with the run's --seed 42 (the "
+            "run did not fix one; it recorded the one drawn) |") in card, card
+    record = json.loads((folder / 'config.json').read_text())['timm_structinit']['struct_init']
+    assert record['seed'] == 1234
+    assert record == timm.create_model(MIMETIC, num_classes=5, struct_init_seed=1234, **TINY).struct_init_record
+    _trained_checkpoint(tmp_path / 'fixed.pth.tar', model_kwargs=dict(TINY, struct_init_seed=7), struct_init_seed=99)
+    card = (hub.export_model(MIMETIC, tmp_path / 'fixed', checkpoint=tmp_path / 'fixed.pth.tar') / 'README.md')
+    assert "| init seed | struct_init_seed 7 (from the training run's model_kwargs) |" in card.read_text()
 
 
 def test_trained_from_shared_weights_says_so(tmp_path):

@@ -389,7 +389,7 @@ def test_files_timm_passes_over_are_counted_by_kind(tmp_path, caplog):
     (data / 'train' / 'dog' / '.DS_Store').write_text('hidden files are no data')
     dataset = folder_dataset(str(data / 'train'), '--train-split train')
     assert len(dataset) == 6
-    assert '2 .webp, 1 .tif, 1 .gif file(s) under' in caplog.text and 'are passed over' in caplog.text
+    assert '2 .webp files, 1 .tif file, 1 .gif file under' in caplog.text and 'are passed over' in caplog.text
     assert '.DS_Store' not in caplog.text
 
 
@@ -398,7 +398,7 @@ def test_a_folder_of_other_kinds_says_what_it_holds(tmp_path):
     for cls in ('cat', 'dog'):
         (data / cls).mkdir(parents=True)
         Image.new('RGB', (8, 8)).save(data / cls / 'a.tif')
-    with pytest.raises(DataError, match=r'no images found under .* it holds 2 \.tif file\(s\), which are not read'):
+    with pytest.raises(DataError, match=r'no images found under .* it holds 2 \.tif files, which are not read'):
         folder_dataset(str(data), '--train-split train')
 
 

@@ -60,3 +60,20 @@ def test_an_export_holds_the_weights_asked_for(trained, tmp_path, use_ema, key):
     exported = _load(hub.export_model(MODEL, tmp_path / 'export', checkpoint=trained, use_ema=use_ema)).state_dict()
     assert exported.keys() == state[key].keys()
     assert all(torch.equal(exported[k], v) for k, v in state[key].items())
+
+
+def test_an_exports_card_names_the_init_seed_its_run_drew(trained, tmp_path):
+    """ The run fixed no struct_init_seed: its init drew one from torch's generator, seeded with its --seed (42, the
+    default). The same draws again, the model built as the run built it, give that seed: the card names it, and the
+    export's record is of that init, the one training started from. """
+    import json
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(42)
+        replayed = timm.create_model(MODEL, num_classes=10, in_chans=3, drop_rate=0.0, embed_dim=16, depth=1,
+                                     num_heads=2, patch_size=8, img_size=40)
+    seed = replayed.struct_init_record['seed']
+    folder = hub.export_model(MODEL, tmp_path / 'export', checkpoint=trained)
+    assert (f"| init seed | struct_init_seed {seed}, drawn from torch's generator seeded with the run's --seed 42"
+            in (folder / 'README.md').read_text())
+    record = json.loads((folder / 'config.json').read_text())['timm_structinit']['struct_init']
+    assert record == json.loads(json.dumps(replayed.struct_init_record)) and record['seed'] == seed

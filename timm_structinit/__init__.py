@@ -14,8 +14,8 @@ from .version import __version__  # noqa: F401
 from .utils.startup import quiet_startup_stops, refuse_gone_working_folder
 quiet_startup_stops()  # first: before torch and timm take their seconds to import
 refuse_gone_working_folder()  # torch's math library aborts the import in a deleted folder
-from .utils.pytorch_install import refuse_mismatched_torchvision  # noqa: E402
-refuse_mismatched_torchvision()  # timm imports torchvision, which fails deep in its import beside another torch
+from .utils.pytorch_install import refuse_broken_pytorch  # noqa: E402
+refuse_broken_pytorch()  # a torch that cannot be imported, or a torchvision that fails beside it: one line
 from .inits import apply_init, list_inits, make_init_cfg, register_init  # noqa: E402
 from .models import (  # noqa: E402
     CIFAR10_MEAN, CIFAR10_STD, StructMlpMixer, StructSwinTransformer, StructVisionTransformer, list_models)

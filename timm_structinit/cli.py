@@ -30,7 +30,8 @@ from timm_structinit_cli.structinit_parser import PROG, SUBCOMMANDS
 
 from .errors import HubError, ImageReadError, RunStopped, StreamWriteError, exit_status
 from .utils.command_line import (  # noqa: F401  part of this API
-    OneLineArgumentParser, error_line, guard_streams, output_closed, say, stream_failed)
+    CommandLogFormatter, OneLineArgumentParser, error_line, guard_streams, output_closed, running_command, say,
+    stream_failed)
 from .utils.kwargs import ParseKwargs, format_kwargs  # noqa: F401  part of this module's API
 from .utils.startup import working_folder_gone
 
@@ -227,13 +228,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run_parsed(args: argparse.Namespace) -> int:
     """ Run the subcommand `args` names, its arguments parsed; every expected failure is one line. """
-    # library warnings are still shown, but as plain lines
-    logging.basicConfig(level=logging.WARNING, format='%(levelname)s: %(message)s')
+    # library warnings are still shown, as plain lines labelled with the command
+    label = f'{PROG} {args.command}'
+    if not logging.root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(CommandLogFormatter(label))
+        logging.root.addHandler(handler)
+        logging.root.setLevel(logging.WARNING)
     from .train.failures import stop_on_signals  # here: the training package is imported by a command that runs
     # SIGTERM, SIGHUP and SIGUSR1 as Ctrl-C: what a command was writing is removed
     restore_signals, restore_streams = stop_on_signals(), guard_streams()
     try:
-        status = COMMANDS[args.command].run(args)
+        with running_command(label):
+            status = COMMANDS[args.command].run(args)
         sys.stdout.flush()  # output to a file or device fails here, not at exit
         return status
     except KeyboardInterrupt as e:

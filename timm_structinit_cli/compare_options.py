@@ -2,6 +2,7 @@
 declare are the training command's, left for every training run (`passes_options`). """
 import argparse
 
+from . import slurm_options
 from .kwargs import ParseKwargs
 
 __all__ = ['HELP', 'DEFAULT_ARMS', 'add_arguments']
@@ -23,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--inits', nargs='+', default=list(DEFAULT_ARMS), metavar='INIT',
                         help='the arms: plain (the model\'s own init), mimetic, impulse3, impulse5, or any init '
                              'name, each optionally NAME:key=value,... (default: plain mimetic impulse3)')
-    parser.add_argument('--seeds', type=int, default=2, metavar='N', help='seeds per arm, 0..N-1 (default: 2)')
+    # three: the fewest whose interval can decide a gain two or three times the seeds' spread (docs/which_init.md)
+    parser.add_argument('--seeds', type=int, default=3, metavar='N', help='seeds per arm, 0..N-1 (default: 3)')
     parser.add_argument('--device', help='training device (default: cuda where there is one, else cpu)')
     parser.add_argument('--concurrent', type=int, default=1, metavar='N',
                         help='runs at a time, each its own process on the device with its share of the cores '
@@ -32,3 +34,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='start no run that cannot end within this many seconds from now; stop the runs '
                              'under way then (their checkpoints resume them; exit status 3 when runs are left)')
     parser.add_argument('--report', action='store_true', help='write the answer from the runs in --out; train nothing')
+    slurm_options.add_arguments(parser)

@@ -130,6 +130,10 @@ def _add_optimizer_groups(parser: argparse.ArgumentParser) -> None:
     # no default here: asking torch whether CUDA is there would import it; the training command resolves it after
     # parsing
     group.add_argument('--device', help='device (default: cuda where torch sees one, else cpu)')
+    group.add_argument('--threads', type=int, metavar='N',
+                       help='torch threads on the CPU (default: OMP_NUM_THREADS where set, else the count, of the '
+                            'usable cores halved down to one, that a probe of the model\'s training step finds '
+                            'fastest here before the first epoch)')
     group.add_argument('--amp', action='store_true', help='automatic mixed precision')
     group.add_argument('--amp-dtype', choices=('float16', 'bfloat16'),
                        help='AMP dtype; unset: bfloat16 on CPU (float16 autocast is slow there), float16 elsewhere')

@@ -29,6 +29,8 @@ from .plan import (
     run_name,
     settings_difference)
 from .records import ELAPSED_FILE, SETTINGS_FILE, read_elapsed, read_results, read_settings
+from .slurm_queue import JOBS_FOLDER, read_jobs, refuse_jobs_running
+from .slurm_request import SlurmRequest, check_elsewhere, slurm_request
 
 __all__ = ['add_arguments', 'run', 'HELP', 'DEFAULT_ARMS', 'PLAIN']
 
@@ -65,25 +67,29 @@ def _arms(texts: List[str]):
         raise ConfigError(str(e)) from None
 
 
-def _with_defaults(args: argparse.Namespace) -> List[str]:
-    """ The training options every run gets: the user's, with the data folder, the device and the loader. """
+def _with_defaults(args: argparse.Namespace, slurm: Optional[SlurmRequest]) -> List[str]:
+    """ The training options every run gets: the user's, with the data folder, the device (on SLURM: the one its jobs
+    ask for) and the loader. """
     import torch
     options = list(args.train_options)
     if args.data_dir:
         options += ['--data-dir', args.data_dir]
-    device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    here = 'cuda' if (torch.cuda.is_available() if slurm is None else slurm.asks_gpus) else 'cpu'
+    device = args.device or here
     options += ['--device', device, '--checkpoint-hist', '1']
     if not any(o.split('=')[0] == '--loader' for o in options) and device.startswith('cuda'):
         options += ['--loader', 'device']  # the fast path on a GPU (train.loaders); the user's --loader wins
     return options
 
 
-def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str]) -> 'Checked':
-    """ The plan, and what its checks found; every check made before any training. """
-    from ..train import check_args, parse_args
+def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str], slurm: Optional[SlurmRequest]) -> 'Checked':
+    """ The plan, and what its checks found; every check made before any training (on SLURM, each run's device on
+    its node). """
+    from ..train import parse_args
     from ..train.build import build_datasets
+    check_args = _check_here if slurm is None else check_elsewhere
     arms = _arms(args.inits)
-    options = _with_defaults(args)
+    options = _with_defaults(args, slurm)
     model, model_kwargs = args.model, dict(args.model_kwargs)
     runs = str(out / 'runs')
     probe = Plan(model or 'vit_tiny_patch2_32_gap_sincos', model_kwargs, [PLAIN], 1, options)
@@ -108,20 +114,26 @@ def _plan(args: argparse.Namespace, out: Path, saved_arms: List[str]) -> 'Checke
         arm_run.num_classes = arm_run.num_classes or train_args.num_classes  # the data says so in the run
         arm_args[arm.label] = (arm_run, inputs)
     return Checked(plan, arm_args, (len(datasets[0]), len(datasets[1])), _test_split(datasets, train_args),
-                   _model_built(base_args, base), checks)
+                   _model_built(base_args, base), checks, len(datasets[0]) if train_args.train_subset else None)
+
+
+def _check_here(run_args: argparse.Namespace):
+    from ..train import check_args
+    return check_args(run_args)
 
 
 @dataclass
 class Checked:
     """ A checked plan, and what its checks found: each arm's checked training arguments and the inputs they read,
     the training and evaluation images, the test split's reference top-1s, the model the runs build, and the
-    seconds a run's checks take. """
+    seconds a run's checks take; the images of the training split's subset the runs take (None: the whole split). """
     plan: Plan
     arm_args: Dict[str, Tuple[argparse.Namespace, Any]]
     images: Tuple[int, int]
     test_split: Optional[Dict[str, Any]]
     model_built: str
     checks: float
+    train_subset: Optional[int] = None
 
 
 def _test_split(datasets, train_args: argparse.Namespace) -> Optional[Dict[str, Any]]:
@@ -242,6 +254,8 @@ def _record_settings(out: Path, checked: Checked, saved: Optional[Dict[str, Any]
                   model_built=checked.model_built)
     if checked.test_split is not None:
         record['test_split'] = checked.test_split
+    if checked.train_subset is not None:
+        record['train_subset'] = checked.train_subset
     estimated = {**({k: round(v, 1) for k, v in estimate.per_arm.items()} if estimate else {}),
                  **((saved or {}).get('estimated_seconds') or {})}
     if estimated:
@@ -261,16 +275,24 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f'--out {out}: a file, not a folder; name a folder for the runs and the answer')
     if args.report:
         return report_only(out)
+    slurm = slurm_request(args)  # None: the runs train here
     saved = read_settings(out / SETTINGS_FILE)  # the files read back, each checked before any work
     finished = read_results(out / 'runs', folder_name)
     for path in sorted((out / 'runs').glob(f'*/{ELAPSED_FILE}')):
         read_elapsed(path)
-    checked = _plan(args, out, saved['arms'] if saved else [])
+    jobs = read_jobs(out / JOBS_FOLDER)  # the SLURM jobs of the folder's runs
+    if slurm is None:
+        refuse_jobs_running(out, jobs)
+    checked = _plan(args, out, saved['arms'] if saved else [], slurm)
     _check_same_settings(out, checked.plan, saved)
-    share = core_share(args.concurrent)
+    if slurm is not None:
+        from .slurm_session import run_on_slurm
+        _record_settings(out, checked, saved, None)  # each run's time is its job's (what ran here says nothing)
+        return run_on_slurm(args, out, checked, slurm)
     # once a run has finished, the runs that finished say what a run takes; before, the estimate, made beside the
     # runs --concurrent trains at the same time (the comparison's first run, into a temporary folder)
     first_args = next(iter(checked.arm_args.values()))[0]
+    share = core_share(args.concurrent, first_args.threads)
     beside = checked.plan.command(checked.plan.arms[0], 0, str(out / 'runs')) + share.run_options(first_args.workers)
     estimate = None if finished else estimate_runs(checked.arm_args, share, checked.checks, beside)
     seconds = max(r['seconds'] for r in finished) if finished else estimate.seconds

@@ -1,7 +1,8 @@
 """ What a run of a comparison takes here, before any run has finished: each part of a run timed as the run does it,
-with one run's share of the cores (`cores.on_share`), on the device, and beside the runs that `--concurrent` trains
-at the same time: those are started for real (the comparison's first run, each into a temporary folder), so that
-the probe shares the cores, the device and whatever else runs on the machine as a run will share them.
+with one run's share of the cores and the torch threads a run takes (`cores.on_share`, `train.thread_count`), on
+the device, and beside the runs that `--concurrent` trains at the same time: those are started for real (the
+comparison's first run, each into a temporary folder), so that the probe shares the cores, the device and whatever
+else runs on the machine as a run will share them.
 
 * start-up: a fresh interpreter importing the training command, timed; the checks of the run's arguments as `compare`
   timed them;
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from ..utils.words import counted
 from .cores import CoreShare, on_share
 
 __all__ = ['RunEstimate', 'estimate_runs', 'startup_seconds']
@@ -60,8 +62,9 @@ class RunEstimate:
 
     def describe(self) -> str:
         beside = f', {self.beside} run{"s" if self.beside > 1 else ""} beside it' if self.beside else ''
-        return (f'{self.startup:.0f} s to start, {self.setup:.0f} s to build, then {self.epochs} epochs of about '
-                f'{self.epoch:.1f} s and {self.evaluations} evaluations of about {self.evaluation:.1f} s{beside}')
+        return (f'{self.startup:.0f} s to start, {self.setup:.0f} s to build, then {counted(self.epochs, "epoch")} '
+                f'of about {self.epoch:.1f} s and {counted(self.evaluations, "evaluation")} of about '
+                f'{self.evaluation:.1f} s{beside}')
 
 
 def startup_seconds() -> float:
@@ -183,9 +186,9 @@ def estimate_runs(arm_args: Dict[str, Tuple[argparse.Namespace, Any]], share: Co
     args.workers = share.workers(args.workers)
     args.distributed, args.world_size, args.rank, args.local_rank = False, 1, 0, 0
     beside = share.concurrent - 1 if command else 0
-    with _runs_beside(command, beside, share.run_env()) as begun, on_share(share):
+    with _runs_beside(command, beside, {}) as begun, on_share(share):
         startup = startup_seconds()  # as the runs start: side by side
-        parts = _time_parts(args, arm_args, begun)
+        parts = _time_parts(args, arm_args, begun, share)
     epochs = args.epochs + args.cooldown_epochs
     evaluations = len([e for e in range(epochs) if (e + 1) % args.val_interval == 0 or e + 1 == epochs])
     evaluated_models = 2 if args.model_ema and not args.model_ema_force_cpu else 1
@@ -203,14 +206,15 @@ def estimate_runs(arm_args: Dict[str, Tuple[argparse.Namespace, Any]], share: Co
 
 
 def _time_parts(args: argparse.Namespace, arm_args: Dict[str, Tuple[argparse.Namespace, Any]],
-                begun: Callable[[], None]) -> Dict[str, Any]:
-    """ The seconds of each part of a run of `args` (the first arm's, on one share), by name; `begun` waits until
-    the runs beside it train. """
+                begun: Callable[[], None], share: CoreShare) -> Dict[str, Any]:
+    """ The seconds of each part of a run of `args` (the first arm's, on one share, with the threads the run would
+    take), by name; `begun` waits until the runs beside it train. """
     import torch
     from timm.utils import ModelEmaV3
     from ..train.build import build_datasets, build_model, build_optimizer, data_config
     from ..train.loaders import build_loaders
     from ..train.loop import train_one_epoch, validate
+    from ..train.thread_count import choose_threads
     device = torch.device(args.device)
     start = time.perf_counter()
     datasets = build_datasets(args)
@@ -221,6 +225,8 @@ def _time_parts(args: argparse.Namespace, arm_args: Dict[str, Tuple[argparse.Nam
     config = data_config(args, model, datasets)
     model.to(device)
     optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
+    args.threads = share.threads() or args.threads
+    choose_threads(args, model, config['input_size'], device, amp_autocast, share.per_run)  # restored by on_share
     model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup,
                            device='cpu' if args.model_ema_force_cpu else None) if args.model_ema else None
     loader_train, loader_eval, _, mixup, loss_fn = build_loaders(args, config, *datasets, device)

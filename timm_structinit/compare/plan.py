@@ -150,8 +150,9 @@ def _items(kwargs: Dict[str, Any]) -> List[str]:
 
 
 # training options that do not change what a run trains, left out when two calls' settings are compared: the loader
-# processes (the batches are the same whatever --workers says; compare sets each run's share itself)
-NOT_SETTINGS = ('workers',)
+# processes (the batches are the same whatever --workers says) and torch's threads (the last bits of float sums
+# only); compare sets each run's share of them itself
+NOT_SETTINGS = ('workers', 'threads')
 
 
 def _canonical(value: Any) -> Any:

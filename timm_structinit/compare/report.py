@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..utils.atomic import atomic_file
+from ..utils.words import counted
 from .stats import CONFIDENCE, arm_stats, decide, not_learned, welch_gain
 
 __all__ = ['summarize', 'write_report', 'result_record', 'test_split_line']
@@ -17,12 +18,15 @@ __all__ = ['summarize', 'write_report', 'result_record', 'test_split_line']
 def result_record(arm: str, seed: int, rows: List[dict], seconds: float, resumed: bool, command: List[str],
                   device: Dict[str, Any], date: str, parts: int = 1) -> Dict[str, Any]:
     """ A finished run's result from its summary rows (one per evaluation); `seconds` counts every part of a run
-    that was stopped and resumed (`parts` of them). """
+    that was stopped and resumed (`parts` of them); `threads`, the torch threads its epochs trained with, in the
+    order they came (a resumed run may have taken another count). """
+    threads = list(dict.fromkeys(int(r['train_threads']) for r in rows if 'train_threads' in r))
     return dict(
         arm=arm, seed=seed, final_top1=rows[-1]['eval_top1'], best_top1=max(r['eval_top1'] for r in rows),
         epochs=int(rows[-1]['epoch']) + 1, curve=[r['eval_top1'] for r in rows],
         curve_epochs=[int(r['epoch']) + 1 for r in rows], train_loss=[r['train_loss'] for r in rows],
-        seconds=round(seconds, 1), resumed=resumed, parts=parts, command=command, date=date, **device)
+        seconds=round(seconds, 1), resumed=resumed, parts=parts, command=command, date=date,
+        **({'threads': threads} if threads else {}), **device)
 
 
 def test_split_line(test_split: Optional[Dict[str, Any]]) -> str:
@@ -35,10 +39,11 @@ def test_split_line(test_split: Optional[Dict[str, Any]]) -> str:
 
 
 def summarize(arms: List[str], results: List[Dict[str, Any]], reference: str,
-              test_split: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+              test_split: Optional[Dict[str, Any]] = None, train_subset: Optional[int] = None) -> Dict[str, Any]:
     """ Per arm, its statistics and gain over `reference`; the decision, which says that the runs did not learn
     when no arm beats the majority class of `test_split` (its images, classes, chance and majority top-1) beyond
-    its seed spread. Arms without results are left out. """
+    its seed spread (`train_subset`: the images of the training split's subset the runs took, None for the whole
+    split). Arms without results are left out. """
     by_arm = {arm: [r for r in results if r['arm'] == arm] for arm in arms}
     by_arm = {arm: sorted(rs, key=lambda r: r['seed']) for arm, rs in by_arm.items() if rs}
     stats = {arm: arm_stats(arm, [r['final_top1'] for r in rs], [r['best_top1'] for r in rs])
@@ -46,11 +51,15 @@ def summarize(arms: List[str], results: List[Dict[str, Any]], reference: str,
     gains = [welch_gain(arm, [r['final_top1'] for r in rs], [r['final_top1'] for r in by_arm[reference]])
              for arm, rs in by_arm.items() if arm != reference and reference in by_arm]
     seeds = {arm: len(rs) for arm, rs in by_arm.items()}
-    unlearned = not_learned(list(stats.values()), test_split['chance'], test_split['majority']) if test_split else None
+    seconds = [r['seconds'] for r in results if r.get('seconds')]
+    run_seconds = sum(seconds) / len(seconds) if seconds else None  # a run's, for the time more seeds would take
+    unlearned = not_learned(list(stats.values()), test_split['chance'], test_split['majority'],
+                            train_subset) if test_split else None
     return dict(reference=reference, stats={a: vars(s) for a, s in stats.items()},
-                gains={g.arm: dict(gain=g.gain, half_width=g.half_width, df=g.df, verdict=g.verdict) for g in gains},
+                gains={g.arm: dict(gain=g.gain, half_width=g.half_width, df=g.df, verdict=g.verdict,
+                                   margin=g.margin, seeds_needed=g.seeds_needed) for g in gains},
                 test_split=test_split, learned=unlearned is None,
-                decision=unlearned or (decide(gains, seeds, reference) if reference in by_arm else
+                decision=unlearned or (decide(gains, seeds, reference, run_seconds) if reference in by_arm else
                                        f'the {reference} arm has no result yet: nothing to compare against'),
                 method=f'gain: difference of the mean final top-1 over seeds; ±: half-width of its {CONFIDENCE:.0%} '
                        f'interval by Welch\'s t (unequal variances, Welch-Satterthwaite degrees of freedom); an arm '
@@ -78,9 +87,15 @@ def _markdown(settings: Dict[str, Any], summary: Dict[str, Any], results: List[D
               '## Runs', '', '| run | final | best | epochs | minutes | device | command |', '|---|---|---|---|---|---|---|']
     for r in sorted(results, key=lambda r: (r['arm'], r['seed'])):
         lines.append(f'| {r["arm"]} seed {r["seed"]} | {r["final_top1"]:.2f} | {r["best_top1"]:.2f} | {r["epochs"]} '
-                     f'| {r["seconds"] / 60:.1f}{_parts(r)} | {r.get("device", "")}, torch {r.get("torch", "")} '
-                     f'| `timm-structinit-train {shlex.join(r["command"][3:])}` |')
+                     f'| {r["seconds"] / 60:.1f}{_parts(r)} | {r.get("device", "")}, torch {r.get("torch", "")}'
+                     f'{_threads(r)} | `timm-structinit-train {shlex.join(r["command"][3:])}` |')
     return lines
+
+
+def _threads(result: Dict[str, Any]) -> str:
+    """ The torch threads a run trained with ('' where its result does not record them). """
+    threads = result.get('threads') or []
+    return f', {"/".join(map(str, threads))} thread{"s" if threads != [1] else ""}' if threads else ''
 
 
 def _parts(result: Dict[str, Any]) -> str:
@@ -95,7 +110,7 @@ def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: st
     if not results:
         return None
     try:
-        from ..utils.figures import new_figure, save_figure
+        from ..utils.figures import epoch_axis, new_figure, save_figure
         fig = new_figure(figsize=(7, 4.5), dpi=100)
     except ImportError:
         return None
@@ -108,10 +123,10 @@ def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: st
         epochs = runs[0]['curve_epochs'][:length]
         columns = list(zip(*(r['curve'][:length] for r in runs)))
         color = f'C{i % 10}'
-        ax.plot(epochs, [sum(c) / len(c) for c in columns], color=color, label=f'{arm} ({len(runs)} seeds)')
+        ax.plot(epochs, [sum(c) / len(c) for c in columns], color=color, label=f'{arm} ({counted(len(runs), "seed")})')
         if len(runs) > 1:
             ax.fill_between(epochs, [min(c) for c in columns], [max(c) for c in columns], color=color, alpha=0.2)
-    ax.set_xlabel('epoch'), ax.set_ylabel('top-1 (%)')
+    epoch_axis(ax), ax.set_ylabel('top-1 (%)')
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3), ax.legend(fontsize=8)
     return save_figure(fig, out)
@@ -120,7 +135,7 @@ def _curves(results: List[Dict[str, Any]], arms: List[str], out: Path, title: st
 def write_report(out_dir: Path, settings: Dict[str, Any], arms: List[str], reference: str,
                  results: List[Dict[str, Any]], header: List[str]) -> Dict[str, Any]:
     """ results.json, results.md and curves.png in `out_dir`; returns the summary. """
-    summary = summarize(arms, results, reference, settings.get('test_split'))
+    summary = summarize(arms, results, reference, settings.get('test_split'), settings.get('train_subset'))
     document = dict(settings=settings, arms=arms, **summary, runs=sorted(results, key=lambda r: (r['arm'], r['seed'])))
     with atomic_file(out_dir / 'results.json') as tmp:
         tmp.write_text(json.dumps(document, indent=1) + '\n')

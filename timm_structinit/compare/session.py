@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..utils.atomic import atomic_file
+from ..utils.words import counted
 from .cores import CoreShare
 from .estimate import RunEstimate
 from .plan import Plan, folder_name, run_name
@@ -25,10 +26,14 @@ from .records import (ELAPSED_FILE, RESULT_FILE, SETTINGS_FILE, check_result, re
 from .report import result_record, test_split_line, write_report
 from .runner import RunSpec, read_summary, run_all
 
-__all__ = ['train_and_report', 'report_only', 'device_record', 'UNFINISHED']
+__all__ = ['train_and_report', 'report_only', 'device_record', 'continue_command', 'UNFINISHED']
 
 PROG = 'timm-structinit compare'
 UNFINISHED = 3  # runs left unfinished (the time limit): neither a failure nor a complete comparison
+# the variables of the environment that set how the runs train (their threads, OpenMP's waiting, the GPUs they
+# see), given again in the command that continues a stopped comparison
+RUN_ENVIRONMENT = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'OMP_WAIT_POLICY', 'GOMP_SPINCOUNT', 'KMP_BLOCKTIME',
+                   'CUDA_VISIBLE_DEVICES')
 
 
 def device_record(device: str) -> Dict[str, Any]:
@@ -107,7 +112,8 @@ def _print_answer(out: Path, summary: Dict[str, Any]) -> None:
         gain = summary['gains'].get(arm)
         tail = '' if gain is None else f'  gain {gain["gain"]:+.2f}' + (
             f' ± {gain["half_width"]:.2f}' if gain['half_width'] is not None else '')
-        print(f'{arm:24s} {s["seeds"]} seed(s)  final top-1 {s["final_mean"]:.2f}  best {s["best_mean"]:.2f}{tail}')
+        print(f'{arm:24s} {counted(s["seeds"], "seed"):8s}  final top-1 {s["final_mean"]:.2f}  best '
+              f'{s["best_mean"]:.2f}{tail}')
     split = test_split_line(summary.get('test_split'))
     if split:
         print(split)
@@ -129,6 +135,13 @@ def report_only(out: Path) -> int:
               file=sys.stderr)
         return UNFINISHED
     return 0
+
+
+def continue_command(argv: List[str], environ: Dict[str, str] = os.environ) -> str:
+    """ The command that continues this comparison: its arguments, after the variables of `RUN_ENVIRONMENT` it
+    was started with (without them, pasted, the runs would train otherwise, e.g. on another thread count). """
+    assignments = [f'{name}={shlex.quote(environ[name])}' for name in RUN_ENVIRONMENT if name in environ]
+    return ' '.join([*assignments, PROG, shlex.join(argv)])
 
 
 def _minutes(seconds: float) -> str:
@@ -166,11 +179,12 @@ def train_and_report(args: argparse.Namespace, out: Path, checked, share: CoreSh
     runs_dir = out / 'runs'
     share_options = share.run_options(first_args.workers)
     specs = [RunSpec(run_name(arm, seed), plan.command(arm, seed, str(runs_dir)) + share_options,
-                     runs_dir / run_name(arm, seed), epochs, env=share.run_env()) for arm, seed in plan.runs()]
+                     runs_dir / run_name(arm, seed), epochs) for arm, seed in plan.runs()]
     pending = sum(not (s.folder / RESULT_FILE).is_file() for s in specs)
     images = checked.images
-    print(f'{len(specs)} runs ({len(plan.arms)} arms x {plan.seeds} seeds) of {checked.model_built} on {images[0]} '
-          f'training and {images[1]} evaluation images, {epochs} epochs each', flush=True)
+    print(f'{counted(len(specs), "run")} ({counted(len(plan.arms), "arm")} x {counted(plan.seeds, "seed")}) of '
+          f'{checked.model_built} on {images[0]} training and {images[1]} evaluation images, '
+          f'{counted(epochs, "epoch")} each', flush=True)
     print(f'{args.concurrent} at a time, {share.description(first_args.workers)}', flush=True)
     print(_time_line(pending, args.concurrent, estimate, finished), flush=True)
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
@@ -186,7 +200,7 @@ def train_and_report(args: argparse.Namespace, out: Path, checked, share: CoreSh
         _write(out, settings)  # the answer from the runs finished so far
         kept = len(getattr(e, 'outcome').finished) if hasattr(e, 'outcome') else 0
         print(f'{PROG}: stopped ({e.args[0] if e.args else "SIGINT"}): {kept} of {len(specs)} runs finished and kept, '
-              f'the stopped ones keep their checkpoints; continue with: {PROG} {shlex.join(sys.argv[2:])}',
+              f'the stopped ones keep their checkpoints; continue with: {continue_command(sys.argv[2:])}',
               file=sys.stderr)
         return exit_status(e)
     summary = _write(out, settings)

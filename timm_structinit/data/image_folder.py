@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Tuple
 from timm.data import ImageDataset
 
 from ..errors import DataError
+from ..utils.words import counted, plural
 from .images import read_image
 
 __all__ = ['CheckedImageDataset', 'folder_dataset']
@@ -63,8 +64,9 @@ def folder_dataset(folder: str, what: str, check_classes: bool = True, **kwargs)
         empty = sorted(d.name for d in os.scandir(folder)
                        if d.is_dir() and not d.name.startswith('.') and d.name not in used)
         if empty:
-            raise DataError(f'{what}: class folder(s) {", ".join(empty)} under {where} hold no images (image files '
-                            f'end in {extensions}); add images or remove the folder(s)')
+            raise DataError(f'{what}: {plural(len(empty), "class folder")} {", ".join(empty)} under {where} '
+                            f'{"holds" if len(empty) == 1 else "hold"} no images (image files end in {extensions}); '
+                            f'add images or remove {"it" if len(empty) == 1 else "them"}')
     return ds
 
 
@@ -87,7 +89,7 @@ def _survey(folder: str, what: str) -> str:
                                 f'exist; fix the link or remove it')
         kinds.update(os.path.splitext(name)[1].lower() or '(no extension)' for name in files
                      if not name.startswith('.') and os.path.splitext(name)[1].lower() not in read)
-    return ', '.join(f'{count} {kind}' for kind, count in kinds.most_common()) + (' file(s)' if kinds else '')
+    return ', '.join(counted(count, f'{kind} file') for kind, count in kinds.most_common())
 
 
 def _label_by_class_folder(ds: CheckedImageDataset, folder: str) -> None:
@@ -150,8 +152,9 @@ def _read_each_file_once(ds: CheckedImageDataset, folder: str, what: str) -> Non
     kept = [(p, t) for p, t in ds.reader.samples if p in chosen]
     dropped = len(ds.reader.samples) - len(kept)
     if dropped:
-        _logger.warning(f'{what}: {dropped} image path(s) reached through directory links (or links to a file '
-                        f'already listed) are files already listed; each file is read once: {len(kept)} images')
+        _logger.warning(f'{what}: {counted(dropped, "image path")} reached through directory links (or links to a '
+                        f'file already listed) {"is a file" if dropped == 1 else "are files"} already listed; each '
+                        f'file is read once: {counted(len(kept), "image")}')
         ds.reader.samples = kept
         if hasattr(ds.reader, 'targets'):
             ds.reader.targets = [t for _, t in kept]

@@ -12,7 +12,7 @@ from torch import nn
 from ..inits.heads import find_attention, read_qk, read_vproj
 from ..inits.impulse import impulse_pseudo_input, impulse_target
 from ..inits.impulse_solvers import attention_maps, map_metrics
-from ..utils.figures import new_figure, save_figure
+from ..utils.figures import epoch_axis, new_figure, save_figure
 
 __all__ = [
     'qk_products', 'vproj_product', 'product_stats', 'pseudo_input_maps', 'image_attention_maps', 'summarize',
@@ -295,7 +295,8 @@ def plot_target_mass(rows: Sequence[Dict[str, float]], png_path: str, title: str
     ax = fig.subplots()
     for i, key in enumerate(layers):
         ax.plot(epochs, [r[key] for r in rows], marker='.', color=f'C{i % 10}', label=key.replace('layer', 'layer '))
-    ax.set(xlabel='epoch (0: at init)', ylabel='mass on the target offset', title=title or 'impulse target mass')
+    ax.set(ylabel='mass on the target offset', title=title or 'impulse target mass')
+    epoch_axis(ax, 'epoch (0: at init)')
     ax.set_ylim(0, None)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -107,6 +107,20 @@ def rest_init_text(weight_init: str) -> str:
     return "timm's init" + (f" (`weight_init='{weight_init}'`)" if weight_init else '')
 
 
+def _init_seed_text(record: Mapping[str, Any], trained: Mapping[str, Any]) -> str:
+    """ The seed of the init a run started from: fixed by its model_kwargs, or drawn from torch's generator, which
+    the run's --seed seeds (recorded by the run, or, by an older one, not). """
+    seed = (trained.get('recipe') or {}).get('seed')
+    run_seed = f"the run's --seed {seed}" if seed is not None else "the run's seed"
+    if 'seed' not in record:
+        return (f"not recorded in the checkpoint: the run did not fix struct_init_seed, so its init drew one from "
+                f"torch's generator, seeded with {run_seed}, and this run did not record it")
+    if trained.get('init_seed_drawn'):
+        return (f"struct_init_seed {record['seed']}, drawn from torch's generator seeded with {run_seed} (the run "
+                f"did not fix one; it recorded the one drawn)")
+    return f"struct_init_seed {record['seed']} (from the training run's model_kwargs)"
+
+
 def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping[str, Any],
                   num_layers: int) -> List[str]:
     record, trained = own['struct_init'] or {}, own['trained']
@@ -118,9 +132,8 @@ def _init_section(own: Mapping[str, Any], model_name: str, model_kwargs: Mapping
         rows.append(('seed', f'{own["seed"]} (`torch.manual_seed`){init_seed}'))
     elif trained['started_from']:
         rows.append(('initial weights', f'loaded from {trained["started_from"]}, whose own record tells its init'))
-    elif method:  # the init that started training is known only if the run fixed struct_init_seed
-        rows.append(('init seed', f"struct_init_seed {record['seed']} (from the training run's model_kwargs)"
-                     if 'seed' in record else 'not recorded in the checkpoint (struct_init_seed was not fixed)'))
+    elif method:
+        rows.append(('init seed', _init_seed_text(record, trained)))
     per_layer = {k: v for k, v in record.items() if isinstance(v, list) and num_layers > 0 and len(v) == num_layers
                  and all(isinstance(x, list) for x in v)}
     rows += [('solver', fmt(record['solver']))] if 'solver' in record else []

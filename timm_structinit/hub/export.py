@@ -119,8 +119,17 @@ def _training_facts(path: Path, meta: Mapping[str, Any], kwargs: Mapping[str, An
     return json.loads(json.dumps(dict(
         checkpoint=path.name, weights=meta['weights'], epoch=meta['epoch'], eval=evaluation, dataset=dataset,
         started_from=started_from, init_seed_known='struct_init_seed' in kwargs and started_from is None,
+        **({'init_seed_drawn': True} if _drawn_init_seed(args) is not None else {}),
         base_model=model.split(':', 1)[1].split('@')[0] if pretrained and model.startswith('hf-hub:') else None,
         recipe_file=os.path.basename(str(args['config'])) if args.get('config') else None, recipe=recipe), default=str))
+
+
+def _drawn_init_seed(args: Mapping[str, Any]) -> Optional[int]:
+    """ The seed a run's structured init drew from torch's generator (its model_kwargs fixed none), as the training
+    command records it with the run's arguments; None where it did not (a fixed seed, or an older run). """
+    seed = args.get('struct_init_seed')
+    fixed = 'struct_init_seed' in (args.get('model_kwargs') or {})
+    return int(seed) if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and not fixed else None
 
 
 def _label_names(args: Mapping[str, Any], num_classes: int) -> Optional[List[str]]:
@@ -154,6 +163,8 @@ def _build(model_name: str, seed: int, kwargs: Dict[str, Any], checkpoint: Optio
         input_size = args.get('input_size') or [args.get('in_chans')]
         trained = dict(num_classes=args.get('num_classes'), global_pool=args.get('gp') or None, in_chans=input_size[0])
         trained = {**{k: v for k, v in trained.items() if v is not None}, **(args.get('model_kwargs') or {})}
+        if _drawn_init_seed(args) is not None:  # the init training started from, built again
+            trained['struct_init_seed'] = _drawn_init_seed(args)
         kwargs = _check_model_kwargs(model_name, {**trained, **kwargs})
     elif is_package_model(model_name):
         # the init's own generator gets the seed too, so the attention weights do not depend on timm's draws

@@ -33,6 +33,7 @@ from .mixer import MixerImpulseCfg, mixer_impulse_init_, token_mixing_blocks
 from .swin import SwinImpulseCfg, swin_impulse_init_, swin_mimetic_init_, window_attentions
 from .threads import on_one_thread
 from ..utils.seeds import check_seed
+from ..utils.words import plural
 
 __all__ = ['StructInit', 'FamilyInit', 'register_init', 'list_inits', 'get_init', 'make_init_cfg', 'apply_init',
            'apply_init_cfg', 'check_init_cfg', 'model_geometry', 'model_family', 'reset_parameters_', 'rest_init_of']
@@ -156,7 +157,7 @@ def make_init_cfg(name: str, family: str = 'vit', **kwargs) -> Any:
     unknown = sorted(set(kwargs) - set(fields))
     if unknown:
         where = '' if family == 'vit' else f' on {FAMILIES[family]} models'
-        raise ValueError(f'unknown hyperparameter(s) {unknown} for struct_init {name!r}{where}; valid: '
+        raise ValueError(f'unknown {plural(len(unknown), "hyperparameter")} {unknown} for struct_init {name!r}{where}; valid: '
                          f'{sorted(fields)}')
     values = {**preset, **kwargs}
     checked = {k: _check_value(cfg_cls.__name__, fields[k], v) for k, v in values.items()}

@@ -17,6 +17,8 @@ import torch
 from timm.models import is_model, model_entrypoint
 from torch import nn
 
+from ..utils.words import plural
+
 __all__ = ['is_package_model', 'list_models', 'model_class', 'valid_model_args', 'check_model_args']
 
 
@@ -60,7 +62,7 @@ def _unknown_args(model_name: str, cls: type, kwargs: Mapping[str, Any]) -> Opti
     if not unknown:
         return None
     close = sorted({m for k in unknown for m in difflib.get_close_matches(k, valid, n=3)})
-    return (f'unknown model argument(s) {unknown} for {model_name}' + (
+    return (f'unknown {plural(len(unknown), "model argument")} {unknown} for {model_name}' + (
         f' (did you mean {", ".join(close)}?)' if close else '') + f'; valid: {", ".join(valid)}')
 
 

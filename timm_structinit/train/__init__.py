@@ -21,7 +21,8 @@ from timm.utils import init_distributed_device
 
 from ..errors import (
     WORK_FAILED, ConfigError, DataError, ImageReadError, OutputWriteError, RunStopped, StreamWriteError, exit_status)
-from ..utils.command_line import CommandLogHandler, error_line, guard_streams, output_closed, say, stream_failed
+from ..utils.command_line import (
+    CommandLogFormatter, CommandLogHandler, error_line, guard_streams, output_closed, say, stream_failed)
 from ..utils.seeds import seed_everything  # noqa: F401  part of this module's API
 from ..utils.startup import working_folder_gone
 from ..utils.timm_patches import patched_timm
@@ -48,7 +49,7 @@ def train(args: argparse.Namespace, inputs: Optional[RunInputs] = None) -> Dict[
     device = init_distributed_device(args)
     if not logging.root.handlers:
         handler = CommandLogHandler(sys.stdout)  # a closed or full stdout ends the run as `main` says
-        handler.setFormatter(logging.Formatter('%(message)s'))
+        handler.setFormatter(CommandLogFormatter(PROG, labelled=logging.WARNING))  # warnings name the command
         logging.root.addHandler(handler)
     logging.root.setLevel(logging.INFO if args.rank == 0 else logging.WARNING)
     # timm's own per-checkpoint and data-config messages would drown the per-epoch lines

@@ -4,7 +4,6 @@ import argparse
 import logging
 import math
 import os
-import sys
 from contextlib import nullcontext
 from functools import partial
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -19,8 +18,9 @@ from timm.utils import NativeScaler, unwrap_model
 from ..data import ClassBalancedSubset, build_dataset, dataset_classes, dataset_targets
 from ..errors import ConfigError, DataError
 from ..utils.checkpoints import state_dict_mismatch
-from ..utils.command_line import error_line
+from ..utils.command_line import error_line, warn
 from ..utils.kwargs import format_kwargs
+from ..utils.words import counted
 from .config import PROG
 from .inputs import RunInputs, checkpoint_state_dict, in_chans, model_factory_kwargs
 
@@ -44,7 +44,7 @@ def build_datasets(args: argparse.Namespace):
     if shared:
         example = next(p for p, _ in dataset_eval.reader.samples if _file_id(p) in shared)
         raise ConfigError(f'--train-split {args.train_split!r} and --val-split {args.val_split!r} share '
-                          f'{len(shared)} image file(s), e.g. {os.path.abspath(example)} (a link between the splits?); '
+                          f'{counted(len(shared), "image file")}, e.g. {os.path.abspath(example)} (a link between the splits?); '
                           f'evaluating on training images is refused')
     train_classes, eval_classes = dataset_classes(dataset_train), dataset_classes(dataset_eval)
     if train_classes is not None and eval_classes is not None and train_classes != eval_classes:
@@ -68,9 +68,8 @@ def build_datasets(args: argparse.Namespace):
                           f'training labels go up to {num_classes - 1}')
     if args.num_classes > num_classes and getattr(args, 'rank', 0) == 0:
         # what was asked is done (a head sized for later classes is a choice), and said: those units see no label
-        print(f'{PROG}: warning: num_classes {args.num_classes} (--num-classes or model_kwargs) is more than the '
-              f'{num_classes} classes of the training data: {args.num_classes - num_classes} output unit(s) never '
-              f'see a label', file=sys.stderr)
+        warn(f'num_classes {args.num_classes} (--num-classes or model_kwargs) is more than the {num_classes} classes '
+             f'of the training data: {counted(args.num_classes - num_classes, "output unit")} never see a label', PROG)
     return dataset_train, dataset_eval
 
 
@@ -192,7 +191,7 @@ def _check_data_channels(args: argparse.Namespace, dataset, chans: int) -> None:
     if bands is not None and bands != chans:
         convertible = getattr(base, 'input_img_mode', None) in ('RGB', 'L')
         valid = '1 (read as gray) or 3 (RGB)' if convertible else f'{bands}'
-        raise ConfigError(f'the model takes {chans} input channel(s) (--in-chans, --input-size or model_kwargs '
+        raise ConfigError(f'the model takes {counted(chans, "input channel")} (--in-chans, --input-size or model_kwargs '
                           f'in_chans), but the images of --dataset {args.dataset!r} have {bands} ({image.mode}); '
                           f'valid here: {valid}')
 

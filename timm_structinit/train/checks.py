@@ -5,7 +5,6 @@ import difflib
 import math
 import os
 import re
-import sys
 from typing import Any
 
 import torch
@@ -15,10 +14,13 @@ from timm.optim import list_optimizers
 
 from ..data import check_dataset_name
 from ..errors import ConfigError, DataError
+from ..utils.command_line import warn
 from ..utils.seeds import check_seed
+from ..utils.words import counted
 from .config import GRAYSCALE_TORCH_DATASETS, PROG, SCHEDULERS, build_parser
 from .failures import rank, world_size
 from .inputs import RunInputs, chans_option, in_chans, read_inputs, resume_path
+from .thread_count import user_threads
 
 
 def _check(ok: bool, message: str) -> None:
@@ -37,6 +39,7 @@ def check_args(args: argparse.Namespace) -> RunInputs:
             f'--model {args.model!r} is not a registered model'
             + (f'; did you mean {", ".join(close)}?' if close else '; see timm.list_models()'))
     _check_numbers(args, build_parser())
+    user_threads(args.threads)  # an OMP_NUM_THREADS that is not a count, refused
     _check_min_lr(args)
     _check_model_kwargs(args)
     _check_data(args)
@@ -50,8 +53,8 @@ def check_args(args: argparse.Namespace) -> RunInputs:
     # computed) and the source of its weights
     inputs = read_inputs(args)
     if args.warmup_epochs >= args.epochs and args.sched != 'none' and rank() == 0:
-        print(f'{PROG}: warning: --warmup-epochs {args.warmup_epochs} is not shorter than --epochs {args.epochs}: the '
-              f'whole run stays in warm-up and never reaches --lr', file=sys.stderr)
+        warn(f'--warmup-epochs {args.warmup_epochs} is not shorter than --epochs {args.epochs}: the whole run stays '
+             f'in warm-up and never reaches --lr', PROG)
     return inputs
 
 
@@ -69,7 +72,7 @@ def _check_device(device: str) -> None:
         raise ConfigError(f'--device {device!r}: no {kind} device on this machine; use --device cpu')
     index = torch.device(device).index
     if index is not None and kind == 'cuda' and index >= torch.cuda.device_count():
-        raise ConfigError(f'--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)')
+        raise ConfigError(f'--device {device!r}: this machine has {counted(torch.cuda.device_count(), "CUDA device")}')
 
 
 def _check_optimizer(args: argparse.Namespace) -> None:
@@ -99,7 +102,8 @@ def _check_optimizer(args: argparse.Namespace) -> None:
 _RANGES = (
     (('epochs', 'batch_size', 'log_interval', 'val_interval', 'grad_accum_steps', 'checkpoint_hist', 'lr_cycle_limit',
       'lr_base_size', 'recount', 'validation_batch_size',
-      'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans'), lambda v: v >= 1, 'must be >= 1'),
+      'train_subset', 'val_subset', 'num_classes', 'img_size', 'in_chans', 'threads'), lambda v: v >= 1,
+     'must be >= 1'),
     (('workers', 'warmup_epochs', 'cooldown_epochs', 'mixup_off_epoch', 'weight_decay', 'patience_epochs',
       'local_rank', 'color_jitter', 'lr_noise_pct', 'lr_noise_std', 'aug_repeats',
       'mixup', 'cutmix', 'drop', 'warmup_lr', 'min_lr', 'momentum'), lambda v: v >= 0, 'must be >= 0'),

@@ -83,6 +83,7 @@ def run_epochs(run: Run) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
                 lr_scheduler=run.lr_scheduler, amp_autocast=run.amp_autocast, loss_scaler=run.loss_scaler,
                 model_ema=run.model_ema, mixup_fn=run.mixup if args.no_prefetcher and args.loader == 'timm' else None,
                 num_updates=num_updates, show_progress=run.primary and sys.stdout.isatty())
+            train_metrics['threads'] = torch.get_num_threads()  # summary.csv: the torch threads of each epoch
             lr = mean_lr(run.optimizer)
             if (epoch + 1) % args.val_interval and epoch + 1 != run.num_epochs:
                 # as timm's --val-interval: no evaluation, summary row or checkpoint in this epoch

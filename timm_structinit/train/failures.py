@@ -12,7 +12,8 @@
 * The data loader's workers take no part in a stop. A stop sent to the whole process group (Ctrl-C in a terminal,
   `timeout`, SLURM, a closing terminal) ends them silently, and torch's SIGCHLD handler, which would report each as a
   failed worker while the run is already ending, is set aside until the run returns. A stop that comes while the
-  loader forks its workers is raised once it is done (see `stops_held`).
+  loader forks its workers is raised once it is done (see `stops_held`), and one that comes while the run stops is
+  the same stop, not raised again (torchrun under SLURM passes on the SIGTERM that SLURM sends every process).
 * In a distributed run, the process that fails posts its one-line error in the launcher's key-value store (the one
   `torchrun` serves at MASTER_ADDR:MASTER_PORT) and exits. torchrun then stops the others; the process of rank 0
   prints the first posted line (its own or another rank's), every other process prints nothing, and none prints a
@@ -42,14 +43,19 @@ _KEY = 'timm_structinit/failure'
 
 
 def _stop(signum: int) -> KeyboardInterrupt:
+    _Stops.stopped = True
     return KeyboardInterrupt() if signum == signal.SIGINT else RunStopped(signum)
 
 
 class _Stops:
     """ The process's stop state: while `depth` > 0 (inside `stops_held`) a stop signal is recorded in `pending`
     instead of raised; `sigchld` is SIGCHLD's handler from before a stop set the children aside; `signums` are the
-    signals the run takes as a stop, which its loader workers end on quietly. """
+    signals the run takes as a stop, which its loader workers end on quietly; `stopped`, a stop has been raised, and
+    the stop signals that come after it are the same stop (torchrun passes on the SIGTERM that SLURM also sends each of
+    its processes): raised again, they would cut short what the run does to stop (say what it kept, wait for a peer's
+    failure). """
     depth = 0
+    stopped = False
     pending: Optional[int] = None
     sigchld: object = None
     signums: Tuple[int, ...] = tuple(getattr(signal, name) for name in ('SIGINT', *STOP_SIGNALS))
@@ -83,11 +89,13 @@ def stop_on_signals(signums: Sequence[Union[int, str]] = STOP_SIGNALS) -> Callab
     from ..utils.startup import command_started
     command_started()
     signums = tuple(getattr(signal, s) if isinstance(s, str) else int(s) for s in signums)
-    _Stops.signums = (signal.SIGINT, *signums)
+    _Stops.signums, _Stops.stopped = (signal.SIGINT, *signums), False
     previous: Dict[int, object] = {}
 
     def handler(signum, frame):
         _set_children_aside()
+        if _Stops.stopped:
+            return
         if _Stops.depth:
             _Stops.pending = _Stops.pending or signum
             return
@@ -100,6 +108,7 @@ def stop_on_signals(signums: Sequence[Union[int, str]] = STOP_SIGNALS) -> Callab
             pass
 
     def restore() -> None:
+        _Stops.stopped = False
         for signum, old in previous.items():
             signal.signal(signum, old)
         if _Stops.sigchld is not None:

@@ -27,6 +27,7 @@ from ..data.device_loader import DeviceLoader, decode_dataset
 from ..data.device_transforms import DeviceEvalTransform, DeviceTrainTransform
 from ..data.epoch_seeded import EpochSeededCollate, EpochSeededDataset, seed_loader_order
 from ..errors import DataError
+from ..utils.words import counted
 from .checks import mixup_active
 from .failures import quiet_worker_starts
 
@@ -61,8 +62,8 @@ def build_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_trai
     timm's evaluation loader (the target-mass tracker reads images through them, whichever loader trains). """
     workers, pin_memory = loader_workers(args.workers), args.pin_mem and device.type not in ('cpu', 'mps')
     if workers < args.workers:
-        _logger.info(f'Loader: {workers} worker processes per training process ({args.workers} asked for; '
-                     f'{usable_cores()} cores here)')
+        _logger.info(f'Loader: {counted(workers, "worker process")} per training process ({args.workers} asked for; '
+                     f'{counted(usable_cores(), "core")} here)')
     eval_options = dict(
         input_size=config['input_size'], mean=config['mean'], std=config['std'], num_workers=workers,
         distributed=args.distributed, pin_memory=pin_memory, device=device, use_prefetcher=not args.no_prefetcher,

@@ -12,7 +12,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from filelock import FileLock, Timeout
 
 from ..errors import ConfigError, OutputWriteError
-from ..utils.figures import new_figure, save_figure
+from ..utils.figures import epoch_axis, new_figure, save_figure
 from ..utils.run_folder import holds_finished_epoch, is_epoch_checkpoint
 from ..utils.write_failures import is_write_failure, path_too_long, write_failure_reason
 from .inputs import resume_file
@@ -241,9 +241,10 @@ def plot_summary(summary_csv: str, png_path: str) -> str:
     for ax, name, label in curves:
         if name in rows[0]:
             ax.plot(epochs, [float(r[name]) for r in rows], marker='.', label=label)
-    ax_loss.set(xlabel='epoch', ylabel='loss', title='loss')
-    ax_acc.set(xlabel='epoch', ylabel='accuracy (%)', title='eval accuracy')
+    ax_loss.set(ylabel='loss', title='loss')
+    ax_acc.set(ylabel='accuracy (%)', title='eval accuracy')
     for ax in (ax_loss, ax_acc):
+        epoch_axis(ax)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(os.path.basename(os.path.dirname(os.path.abspath(summary_csv))), fontsize=9)

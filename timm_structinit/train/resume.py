@@ -17,6 +17,7 @@ from timm.models import clean_state_dict
 
 from ..errors import ConfigError
 from ..utils.file_schema import CheckpointBookkeeping, SummaryRow, TargetMassRow, check_value, read_csv
+from ..utils.words import counted
 from .build import check_checkpoint_fits
 from .inputs import resume_file, saved_args
 
@@ -141,7 +142,7 @@ def optimizer_differences(args: argparse.Namespace, meta: Mapping[str, Any],
     saved = state['param_groups']
     sizes = [len(g.get('params', ())) if isinstance(g, Mapping) else None for g in saved]
     if sizes != [len(g['params']) for g in expected]:
-        differences.append(f'{len(saved)} parameter group(s) of {sizes} tensors in the checkpoint, '
+        differences.append(f'{counted(len(saved), "parameter group")} of {sizes} tensors in the checkpoint, '
                            f'{len(expected)} of {[len(g["params"]) for g in expected]} here')
         return differences
     for i, (old, new) in enumerate(zip(saved, expected)):

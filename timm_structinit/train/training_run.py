@@ -21,9 +21,10 @@ from .build import build_datasets, build_model, build_optimizer, data_config
 from .config import save_args
 from .epochs import Run, finish_run, run_epochs, updates_in
 from .inputs import RunInputs, ema_state_dict
-from .loaders import build_loaders
+from .loaders import build_loaders, usable_cores
 from .output import claim_output_dir, output_dir, release_output_dir, remove_unfinished_run, writing_output
 from .resume import check_resume, restore_checkpoint, saved_lr
+from .thread_count import choose_threads
 
 _logger = logging.getLogger('train')
 
@@ -61,6 +62,7 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
         torch.distributed.barrier()
     seed_everything(args.seed, args.rank)
     model = build_model(args, inputs)
+    _record_init_seed(args, model)
     config = data_config(args, model, (dataset_train, dataset_eval))
     _logger.info(f'Model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.3f}M parameters, '
                  f'{args.num_classes} classes, input {tuple(config["input_size"])}; {len(dataset_train)} training / '
@@ -68,6 +70,11 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
     model.to(device)
     optimizer, amp_autocast, loss_scaler = build_optimizer(args, model, device)
     start_epoch, model_ema, lr_replaced = _restore(args, inputs, model, optimizer, loss_scaler)
+    # the thread count this process trains with (args.yaml records it): the user's, or the fastest of a probe
+    threads = choose_threads(args, model, config['input_size'], device, amp_autocast, usable_cores())
+    args.threads = threads.threads
+    if primary:
+        _logger.info(threads.describe())
     if args.torchcompile:  # as timm's train.py: compiled before DDP wraps it, so DDP stays out of the graph
         _logger.info(f'Compiling the model with torch.compile (backend {args.torchcompile}, mode '
                      f'{args.torchcompile_mode or "default"})')
@@ -92,6 +99,15 @@ def _run_in(out: Optional[str], continuing: bool, created: Optional[str], args: 
         _open_output(run, inputs, dataset_eval, eval_options)
     history, eval_metrics = run_epochs(run)
     return finish_run(run, history, eval_metrics)
+
+
+def _record_init_seed(args: argparse.Namespace, model: nn.Module) -> None:
+    """ The seed a structured init drew from torch's generator (seeded with --seed) when model_kwargs did not fix
+    one, kept with the run's arguments in its checkpoints (args.struct_init_seed), so that an export of them names
+    the init training started from and builds it again. """
+    record = getattr(model, 'struct_init_record', None)
+    if record is not None and 'seed' in record and 'struct_init_seed' not in args.model_kwargs:
+        args.struct_init_seed = int(record['seed'])
 
 
 def _refuse_early(args: argparse.Namespace, inputs: RunInputs,

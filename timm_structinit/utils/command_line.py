@@ -3,9 +3,10 @@ whose usage errors are one line, an error's message on one line, the line for a 
 output and error whose failed writes (a full device, an I/O error) are one `StreamWriteError` naming the stream (the
 exit status an error gets is in `errors`). The parser lives with the commands' parsers in `timm_structinit_cli`,
 which answer `--help` without torch or timm. """
+import contextlib
 import logging
 import sys
-from typing import Callable
+from typing import Callable, Iterator, List
 
 from timm_structinit_cli.parsing import OneLineArgumentParser
 from timm_structinit_cli.streams import CLOSED, ROOM, target, to_null
@@ -13,7 +14,7 @@ from timm_structinit_cli.streams import CLOSED, ROOM, target, to_null
 from ..errors import StreamWriteError
 
 __all__ = ['OneLineArgumentParser', 'error_line', 'output_closed', 'guard_streams', 'stream_failed', 'say',
-           'CommandLogHandler']
+           'CommandLogHandler', 'CommandLogFormatter', 'running_command', 'command_label', 'warn']
 
 
 def error_line(error: BaseException) -> str:
@@ -94,3 +95,43 @@ class CommandLogHandler(logging.StreamHandler):
         if isinstance(sys.exc_info()[1], OSError):
             raise
         super().handleError(record)
+
+
+_RUNNING: List[str] = []  # the commands running in this process, innermost last: `timm-structinit compare`, ...
+
+
+@contextlib.contextmanager
+def running_command(label: str) -> Iterator[None]:
+    """ While the context lasts, the package's warnings are labelled `label`: the command the user ran, whichever
+    part of the package (the training command's checks under `timm-structinit compare`, say) warns. """
+    _RUNNING.append(label)
+    try:
+        yield
+    finally:
+        _RUNNING.pop()
+
+
+def command_label(default: str) -> str:
+    """ The command the user ran, as `running_command` set it; `default` outside any (a program using the package). """
+    return _RUNNING[-1] if _RUNNING else default
+
+
+def warn(text: str, default: str) -> None:
+    """ A warning on standard error, labelled with the command the user ran (`default` outside one). """
+    print(f'{command_label(default)}: warning: {text}', file=sys.stderr)
+
+
+class CommandLogFormatter(logging.Formatter):
+    """ Log records as the command's own lines: `LABEL: warning: message` (the level in lower case), LABEL the
+    command the user ran (`default` outside one); records below `labelled` (a level) as their message alone, as a
+    run's progress lines are. """
+
+    def __init__(self, default: str, labelled: int = logging.NOTSET) -> None:
+        super().__init__()
+        self.default, self.labelled = default, labelled
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno < self.labelled:
+            return record.getMessage()
+        return f'{command_label(self.default)}: {record.levelname.lower()}: {record.getMessage()}'
+

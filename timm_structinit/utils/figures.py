@@ -6,7 +6,7 @@ from typing import Any, Union
 from .atomic import atomic_file, write_refused
 from .write_failures import write_failure_reason
 
-__all__ = ['new_figure', 'save_figure']
+__all__ = ['new_figure', 'save_figure', 'epoch_axis']
 
 
 def new_figure(**kwargs: Any) -> Any:
@@ -29,3 +29,12 @@ def save_figure(fig: Any, out: Union[str, Path], **savefig_kwargs: Any) -> Path:
     except OSError as e:  # a full or read-only file system: name the figure, not the staging file
         raise write_refused(f'cannot write the figure {out}: {write_failure_reason(e, str(out))}', e) from None
     return out
+
+
+def epoch_axis(ax: Any, label: str = 'epoch') -> None:
+    """ Label `ax`'s x axis `label`, its ticks on whole epochs only (matplotlib's own choice puts them at 2.5, 7.5,
+    ... on a run of a dozen epochs). """
+    from matplotlib.ticker import MaxNLocator
+    ax.set_xlabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+

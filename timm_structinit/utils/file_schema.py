@@ -233,6 +233,7 @@ class ComparisonSettings(Record):
     # optional keys: absent, not null (a key compare writes holds a value)
     test_split: SplitBaselines = None
     model_built: str = None
+    train_subset: Count = None  # --train-subset: the images of the training split each run trains on
     estimated_seconds: Dict[str, Seconds] = None
 
     @model_validator(mode='after')
@@ -267,6 +268,7 @@ class RunResult(Record):
     torch: str = None
     timm: str = None
     python: str = None
+    threads: List[Count] = None  # the torch threads of each part
 
     @model_validator(mode='after')
     def _agree(self) -> 'RunResult':
