@@ -172,17 +172,22 @@ def test_every_option_shared_with_timms_train_py_has_its_default(monkeypatch):
 
 
 def _literal_defaults(parser):
-    """ (option, the default its help states, the default it has) where the help writes a value, not words. """
+    """ (option, the default its help states, the default it has) where the help writes a value, not words. A SLURM
+    option that --slurm-config may set has no parser default: its default is the one taken without the file. """
     import re
+    from timm_structinit_cli.slurm_options import SLURM_DEFAULTS, SLURM_KEYS
+    unset = {option: SLURM_DEFAULTS.get(key) for key, (option, *_) in SLURM_KEYS.items()}
     for action in parser._actions:
         match = re.search(r'default:? ([^)]*)\)', action.help or '')
         if not match or '%(default' in action.help:
             continue
         stated = match.group(1).split(',')[0].strip()
+        option = (action.option_strings or [action.dest])[-1]
+        default = unset[option] if option in unset and action.default is None else action.default
         if re.fullmatch(r'-?\d+(\.\d+)?', stated):
-            yield action.option_strings[-1], float(stated), action.default
-        elif isinstance(action.default, list):
-            yield action.option_strings[-1], stated.split(), action.default
+            yield option, float(stated), default
+        elif isinstance(default, list):
+            yield option, stated.split(), default
 
 
 def test_every_default_a_help_states_is_the_default():
