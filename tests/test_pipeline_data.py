@@ -126,6 +126,55 @@ def test_a_subset_holds_the_number_asked_balanced_and_drawn_by_its_seed():
     assert len(draws) == 4  # each seed its own draw
 
 
+class _ShadesByClass(Dataset):
+    """ 8x8 images of one grey level per class (20 per step of the label), `counts[c]` images of class c. """
+
+    def __init__(self, counts):
+        self.targets = [label for label, n in enumerate(counts) for _ in range(n)]
+        self.transform = None
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        image = Image.new('RGB', (8, 8), (20 * self.targets[index],) * 3)
+        return (self.transform(image) if self.transform else image), self.targets[index]
+
+
+def test_the_target_mass_batch_takes_all_a_small_class_holds_and_the_others_make_up_64(tmp_path):
+    """ An evaluation split of 10 classes, class 0 with 1 image and the others with 10 (91 in all): a strict subset
+    of 64 asks class 0 for 7 and is refused; the target-mass batch takes its 1 and 7 of each other class (63 / 9),
+    read back from the images' grey levels. """
+    from timm_structinit.diagnostics.mass_tracking import TargetMassTracker
+    split = _ShadesByClass([1] + [10] * 9)
+    with pytest.raises(DataError, match='class 0 has only 1 samples, 7 needed'):
+        ClassBalancedSubset(split, 64, seed=0)
+    options = dict(input_size=(3, 8, 8), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), num_workers=0, distributed=False,
+                   pin_memory=False, device=torch.device('cpu'), use_prefetcher=False, interpolation='bilinear',
+                   crop_pct=1.0)
+    tracker = TargetMassTracker(split, options, str(tmp_path))
+    labels = (tracker.images.mean(dim=(1, 2, 3)) * 255 / 20).round().long()
+    assert torch.bincount(labels, minlength=10).tolist() == [1] + [7] * 9
+
+
+@pytest.mark.parametrize('sizes', [[1, 10, 10], [2, 3, 50, 50], [5, 5, 5, 5], [1, 1, 1, 100], [30, 2, 30, 2, 30]])
+def test_a_filled_subset_gives_a_short_class_all_it_holds_and_shares_the_rest_evenly(sizes):
+    """ Over every count up to the whole dataset: the count taken, no class more than it holds, and the classes
+    that hold more than they give within one of each other, each giving at least what a short class gives; where no
+    class is short, the same draw as without `fill`. """
+    split = _ShadesByClass(sizes)
+    for count in range(1, sum(sizes) + 1):
+        subset = ClassBalancedSubset(split, count, seed=1, fill=True)
+        given = np.bincount(subset.targets, minlength=len(sizes))
+        assert given.sum() == count and len(set(subset.indices.tolist())) == count
+        assert all(given <= sizes)
+        room = given[given < sizes]  # the classes that could have given more
+        if len(room):
+            assert room.max() - room.min() <= 1 and room.min() >= given.max() - 1
+        if count <= len(sizes) * min(sizes):
+            assert subset.indices.tolist() == ClassBalancedSubset(split, count, seed=1).indices.tolist()
+
+
 def test_each_subset_comes_from_its_own_split():
     """ --val-subset draws from the evaluation split, --train-subset from the training split (digits: sklearn's
     indices of each part are disjoint, so any image from the other part shows). """
