@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from ..errors import ConfigError
 
 __all__ = ['read_json', 'read_csv', 'check_value', 'violation', 'MAX_BYTES', 'ComparisonSettings', 'SplitBaselines',
-           'RunResult', 'Elapsed', 'SummaryRow', 'TargetMassRow', 'CheckpointBookkeeping', 'SaverState']
+           'RunResult', 'Elapsed', 'SlurmJobs', 'SummaryRow', 'TargetMassRow', 'CheckpointBookkeeping', 'SaverState']
 
 # the largest file read back: those the package writes hold a few kilobytes (a summary of 10,000 epochs, 2 MB)
 MAX_BYTES = 16 * 2 ** 20
@@ -293,6 +293,11 @@ class Elapsed(Record):
     """ A stopped run's `elapsed.json`: the seconds and the number of its parts so far. """
     seconds: Seconds
     parts: Parts
+
+
+class SlurmJobs(Record):
+    """ `--out/slurm/jobs.json` of a comparison on SLURM: the job ids submitted for each run, the last one current. """
+    jobs: Dict[str, Annotated[List[Annotated[str, Field(min_length=1)]], Field(min_length=1)]]
 
 
 # --- a run's own files, read back when it resumes (and by compare, once it has finished) --------------------------
