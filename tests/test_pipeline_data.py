@@ -228,6 +228,35 @@ def test_one_image_under_other_indices_or_epochs_is_augmented_differently():
     assert torch.equal(dataset[4][0], reads[1, 4])  # the same epoch and index: the same draw
 
 
+def test_a_batchs_collate_draws_from_its_first_index_whatever_its_labels():
+    """ The collate (where timm's FastCollateMixup draws its mix) draws from (seed, epoch, the batch's first index):
+    batches that begin at other indices draw apart though every label is the same, and one that begins at the same
+    index draws the same whatever its labels. """
+    from timm_structinit.data.epoch_seeded import EpochSeededCollate
+    collate = EpochSeededCollate(lambda items: torch.rand(1).item(), EpochSeededDataset(Same(), seed=7))
+    draws = {first: collate([(None, 0, first), (None, 0, first + 1)]) for first in range(4)}
+    assert len(set(draws.values())) == 4
+    assert collate([(None, 5, 2), (None, 3, 3)]) == draws[2]
+
+
+def test_reading_in_the_main_process_leaves_its_generators_where_they_were():
+    """ --workers 0: each image is augmented under its own seed, and the run's own draws (its dropout, drop path,
+    the next epoch's order) go on as though no image had been read: torch's, numpy's and Python's generators give
+    after the reads what they give after the same seeds alone. """
+    import random
+    from timm_structinit.data.epoch_seeded import EpochSeededCollate
+    dataset = EpochSeededDataset(Same(), seed=7)
+    dataset.transform = create_transform(32, is_training=True, scale=(0.08, 1.0), hflip=0.5, color_jitter=None)
+    collate = EpochSeededCollate(lambda items: torch.rand(1), dataset)
+
+    def draws_after(read):
+        torch.manual_seed(3), np.random.seed(3), random.seed(3)
+        read()
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), random.random()
+
+    assert draws_after(lambda: collate([dataset[0], dataset[1]])) == draws_after(lambda: None)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # order and shards
 
