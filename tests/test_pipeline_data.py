@@ -141,20 +141,22 @@ class _ShadesByClass(Dataset):
         return (self.transform(image) if self.transform else image), self.targets[index]
 
 
-def test_the_target_mass_batch_takes_all_a_small_class_holds_and_the_others_make_up_64(tmp_path):
+@pytest.mark.parametrize('counts, batch', [([1] + [10] * 9, [1] + [7] * 9), ([2] * 10, [2] * 10)])
+def test_the_target_mass_batch_takes_all_a_small_class_holds_and_the_others_make_up_64(tmp_path, counts, batch):
     """ An evaluation split of 10 classes, class 0 with 1 image and the others with 10 (91 in all): a strict subset
     of 64 asks class 0 for 7 and is refused; the target-mass batch takes its 1 and 7 of each other class (63 / 9),
-    read back from the images' grey levels. """
+    read back from the images' grey levels. A split of 20 images, fewer than 64: all of them. """
     from timm_structinit.diagnostics.mass_tracking import TargetMassTracker
-    split = _ShadesByClass([1] + [10] * 9)
-    with pytest.raises(DataError, match='class 0 has only 1 samples, 7 needed'):
-        ClassBalancedSubset(split, 64, seed=0)
+    split = _ShadesByClass(counts)
+    if counts[0] == 1:
+        with pytest.raises(DataError, match='class 0 has only 1 samples, 7 needed'):
+            ClassBalancedSubset(split, 64, seed=0)
     options = dict(input_size=(3, 8, 8), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), num_workers=0, distributed=False,
                    pin_memory=False, device=torch.device('cpu'), use_prefetcher=False, interpolation='bilinear',
                    crop_pct=1.0)
     tracker = TargetMassTracker(split, options, str(tmp_path))
     labels = (tracker.images.mean(dim=(1, 2, 3)) * 255 / 20).round().long()
-    assert torch.bincount(labels, minlength=10).tolist() == [1] + [7] * 9
+    assert torch.bincount(labels, minlength=10).tolist() == batch
 
 
 @pytest.mark.parametrize('sizes', [[1, 10, 10], [2, 3, 50, 50], [5, 5, 5, 5], [1, 1, 1, 100], [30, 2, 30, 2, 30]])
