@@ -177,6 +177,20 @@ def test_a_filled_subset_gives_a_short_class_all_it_holds_and_shares_the_rest_ev
             assert subset.indices.tolist() == ClassBalancedSubset(split, count, seed=1).indices.tolist()
 
 
+@pytest.mark.parametrize('classes', [1, 2, 10])
+def test_a_label_file_is_refused_exactly_where_a_label_names_no_class(classes):
+    """ Labels 0..classes-1 name the classes; the class count itself and -1 name none (a damaged label file), and
+    the refusal comes before any training, not in the first step's loss. """
+    from timm_structinit.data.dataset_factory import _check_labels
+    for labels, refused in (([0, classes - 1], False), ([0, classes], True), ([-1, 0], True)):
+        dataset = SimpleNamespace(targets=labels, classes=[f'c{i}' for i in range(classes)])
+        if refused:
+            with pytest.raises(DataError, match=f'labels {min(labels)}..{max(labels)} lie outside the classes'):
+                _check_labels(dataset, 'labels')
+        else:
+            _check_labels(dataset, 'labels')
+
+
 def test_each_subset_comes_from_its_own_split():
     """ --val-subset draws from the evaluation split, --train-subset from the training split (digits: sklearn's
     indices of each part are disjoint, so any image from the other part shows). """
