@@ -146,3 +146,21 @@ def test_compare_resumes_a_run_from_its_latest_checkpoint_and_never_trains_over_
     assert list(outcome.failed) == ['rows_s0'] and 'no checkpoint to resume' in outcome.failed['rows_s0']
     assert (folders['rows_s0'] / 'summary.csv').read_text() == 'epoch,eval_top1\n0,50\n'
     assert not (folders['none_s0'] / 'summary.csv').exists()  # started afresh
+
+
+def test_a_killed_writers_staging_folder_goes_and_a_running_ones_stays(tmp_path):
+    """ Next to a target, the staging folders of a writer that has ended (its pid gone, or none recorded by an older
+    version) are removed; that of a writer still running (this test's parent process) is kept, with its files. """
+    import subprocess
+    from timm_structinit.utils.atomic import remove_stale_staging
+    ended = subprocess.Popen([sys.executable, '-c', 'pass'])
+    ended.wait()
+    names = {'ended': f'.export.{ended.pid}-0123abcd.tmp', 'older': '.export.89abcdef.old',
+             'running': f'.export.{os.getppid()}-4567cdef.tmp'}
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / 'config.json').write_text('{}')
+    remove_stale_staging(tmp_path / 'export')
+    assert sorted(p.name for p in tmp_path.iterdir()) == [names['running']]
+    assert (tmp_path / names['running'] / 'config.json').read_text() == '{}'
+

@@ -1,6 +1,7 @@
 """ timm train.py's options that the papers' recipes and GPU users need, with timm's names and semantics: gradient
 accumulation, evaluation interval, repeated augmentation, torch.compile, Weights & Biases; and every other option of
 timm's train.py refused in one line that points to running timm's own script. """
+import argparse
 import os
 import re
 import subprocess
@@ -188,6 +189,15 @@ def _literal_defaults(parser):
             yield option, float(stated), default
         elif isinstance(default, list):
             yield option, stated.split(), default
+
+
+def test_a_seed_is_taken_over_its_documented_range_and_refused_just_outside():
+    """ --seed: an integer from 0 to 2**63 - 1 (what a signed 64-bit integer holds), each end taken. """
+    from timm_structinit_cli.arg_types import seed
+    assert [seed(text) for text in ('0', '1', str(2 ** 63 - 1))] == [0, 1, 2 ** 63 - 1]
+    for text in ('-1', str(2 ** 63), '1.5', 'x'):
+        with pytest.raises(argparse.ArgumentTypeError, match='not a valid seed'):
+            seed(text)
 
 
 def test_every_default_a_help_states_is_the_default():
