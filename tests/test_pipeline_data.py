@@ -93,6 +93,10 @@ def test_a_split_folder_is_found_by_its_synonyms_and_never_by_the_other_kinds(tm
             resolve_split_folder(str(tmp_path), split, '--val-split')
     (tmp_path / 'val').mkdir()
     assert resolve_split_folder(str(tmp_path), 'validation', '--val-split') == str(tmp_path / 'val')
+    # 'test' is no synonym of the evaluation names (timm's _EVAL_SYNONYM): without a test/ folder it is refused
+    (tmp_path / 'test').rmdir()
+    with pytest.raises(DataError, match="--val-split 'test'"):
+        resolve_split_folder(str(tmp_path), 'test', '--val-split')
 
 
 @pytest.mark.parametrize('name, parts', [
