@@ -152,6 +152,16 @@ def test_the_time_left_is_worked_from_the_finished_runs_or_the_estimate():
                                            f'about 4.5 min for the 5 runs left')
 
 
+@pytest.mark.parametrize('finals, beats', [
+    ([60.0, 50.0], False),   # mean 55, sd 7.07: 47.9 is below 50, though 55 + 7.07 is above it
+    ([56.0, 54.0], True),    # mean 55, sd 1.41: 53.6
+    ([51.0], True), ([50.0], False), ([49.0], False),   # one seed: its top-1 itself, above 50 or not
+])
+def test_an_arm_beats_the_majority_class_by_its_mean_less_its_spread(finals, beats):
+    from timm_structinit.compare.stats import arm_stats, beats_majority
+    assert beats_majority(arm_stats('mimetic', finals, finals), 50.0) is beats
+
+
 class _Labelled(list):
     """ A dataset whose labels are `targets`. """
 

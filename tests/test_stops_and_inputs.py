@@ -297,6 +297,21 @@ def test_one_seed_range_for_every_entry_point(capsys):
     assert 'is not a valid seed' in capsys.readouterr().err
 
 
+def test_each_process_of_a_run_is_seeded_as_timms_random_seed_seeds_it():
+    """ seed_everything(seed, rank) seeds torch, numpy and Python as timm's `random_seed(seed, rank)` (train.py's
+    seeding): each rank its own stream, the same for the same rank. """
+    import random
+    from timm.utils import random_seed
+
+    def draws(seeding, seed, rank):
+        seeding(seed, rank)
+        return torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random()
+
+    for seed, rank in ((0, 0), (5, 1), (5, 3)):
+        assert draws(train_mod.seed_everything, seed, rank) == draws(random_seed, seed, rank)
+    assert draws(train_mod.seed_everything, 5, 1) != draws(train_mod.seed_everything, 5, 0)
+
+
 def test_warmup_longer_than_the_run_is_said(capsys):
     args = train_mod.parse_args(['--dataset', 'sklearn/digits', *TINY, '--epochs', '2', '--warmup-epochs', '5'])
     train_mod.check_args(args)

@@ -191,6 +191,20 @@ def _literal_defaults(parser):
             yield option, stated.split(), default
 
 
+@pytest.mark.parametrize('options, mixing', [([], False), (['--mixup', '0.2'], True), (['--cutmix', '1'], True),
+                                             (['--cutmix-minmax', '0.2', '0.8'], True)])
+def test_mixing_is_on_where_timms_train_py_turns_it_on(options, mixing):
+    """ As timm's train.py: mixup or cutmix above 0, or a cutmix box range alone (cutmix_minmax), turns mixing on,
+    and then a batch of odd size is refused (the mix pairs each image with the batch's mirror). """
+    from timm_structinit.errors import ConfigError
+    args = train_mod.parse_args(['--dataset', 'sklearn/digits', '--batch-size', '7', *TINY, *options])
+    if mixing:
+        with pytest.raises(ConfigError, match='--batch-size 7 must be even with mixup/cutmix'):
+            train_mod.check_args(args)
+    else:
+        train_mod.check_args(args)
+
+
 def test_a_seed_is_taken_over_its_documented_range_and_refused_just_outside():
     """ --seed: an integer from 0 to 2**63 - 1 (what a signed 64-bit integer holds), each end taken. """
     from timm_structinit_cli.arg_types import seed
