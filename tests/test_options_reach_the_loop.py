@@ -102,6 +102,28 @@ def test_accumulated_updates_take_every_batch_the_last_shorter_group_too(batches
             torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize('batches, accum, updates', [(5, 2, 9), (7, 3, 9), (4, 1, 12)])
+def test_a_run_resumed_at_epoch_3_counts_the_updates_of_its_3_finished_epochs(monkeypatch, batches, accum, updates):
+    """ What the schedule and the EMA's warm-up step from: resumed at epoch 3, a run whose epochs are N batches in
+    groups of A has made 3 ceil(N / A) updates (5 batches by 2: 9; 7 by 3: 9; 4 by 1: 12), not 3 N. """
+    from timm_structinit.train import epochs as epochs_mod
+
+    class Recorded(Exception):
+        pass
+
+    def first_epoch(epoch, *args, num_updates, **kwargs):
+        raise Recorded(epoch, num_updates)
+
+    monkeypatch.setattr(epochs_mod, 'train_one_epoch', first_epoch)
+    monkeypatch.setattr(epochs_mod, '_stopped', lambda *args: None)
+    args = _args(grad_accum_steps=accum, seed=0, rank=0, mixup_off_epoch=0, loader='timm')
+    run = epochs_mod.Run(args, torch.device('cpu'), _model(), None, None, None, None, (_batches(batches, 2), None),
+                         None, nn.CrossEntropyLoss(), None, start_epoch=3, num_epochs=5)
+    with pytest.raises(Recorded) as recorded:
+        epochs_mod.run_epochs(run)
+    assert recorded.value.args == (3, updates)
+
+
 def test_the_epochs_loss_is_the_mean_over_images():
     """ Batches of 4, 4 and 2 images: the epoch's loss weighs each batch's mean loss by its images. """
     model = _model()
