@@ -205,6 +205,26 @@ def test_mixing_is_on_where_timms_train_py_turns_it_on(options, mixing):
         train_mod.check_args(args)
 
 
+def test_a_runs_args_yaml_read_back_with_c_trains_anew(tmp_path):
+    """ args.yaml, written next to the checkpoints to be reused with -c, is read back (its empty --wandb-tags too)
+    and leaves out what belongs to that one run: it resumes nothing, names no experiment and overwrites nothing, and
+    keeps the run's settings. """
+    from timm_structinit.train.config import parse_args, save_args
+    args = parse_args(['--dataset', 'sklearn/digits', *TINY, '--resume', str(tmp_path / 'last.pth.tar'),
+                       '--experiment', 'first', '--overwrite', '--lr', '0.02'])
+    save_args(args, str(tmp_path / 'args.yaml'))
+    again = parse_args(['-c', str(tmp_path / 'args.yaml')])
+    fresh = parse_args(['--dataset', 'sklearn/digits', *TINY])
+    assert (again.resume, again.experiment, again.overwrite) == (fresh.resume, fresh.experiment, fresh.overwrite)
+    assert (again.lr, again.dataset, again.model) == (0.02, 'sklearn/digits', args.model)
+    # an empty list where the option needs values (the crop's scale range) is refused, naming the default
+    from timm_structinit.errors import ConfigError
+    (tmp_path / 'empty.yaml').write_text('scale: []\n')
+    with pytest.raises(ConfigError, match=r'scale=\[\] is not valid; expected at least one value; leave the key '
+                                          r'out for the default \[0\.08, 1\.0\]'):
+        parse_args(['-c', str(tmp_path / 'empty.yaml')])
+
+
 def test_a_seed_is_taken_over_its_documented_range_and_refused_just_outside():
     """ --seed: an integer from 0 to 2**63 - 1 (what a signed 64-bit integer holds), each end taken. """
     from timm_structinit_cli.arg_types import seed
