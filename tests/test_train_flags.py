@@ -225,6 +225,22 @@ def test_a_runs_args_yaml_read_back_with_c_trains_anew(tmp_path):
         parse_args(['-c', str(tmp_path / 'empty.yaml')])
 
 
+@pytest.mark.parametrize('min_lr, taken', [(0.04, True), (0.05, True), (0.06, False)])
+def test_min_lr_is_held_to_the_rate_lr_base_gives_the_global_batch_accumulated(min_lr, taken):
+    """ timm's train.py: with no --lr, the rate is --lr-base scaled by the global batch over --lr-base-size, the
+    global batch counting --grad-accum-steps (linearly for SGD): 0.1 x (32 x 4) / 256 = 0.05, so a --min-lr up to
+    0.05 is a floor the schedule decays to, and above it is refused. """
+    from timm_structinit.errors import ConfigError
+    args = train_mod.parse_args(['--dataset', 'sklearn/digits', *TINY, '--opt', 'sgd', '--lr-base', '0.1',
+                                 '--lr-base-size', '256', '--batch-size', '32', '--grad-accum-steps', '4',
+                                 '--min-lr', str(min_lr)])
+    if taken:
+        train_mod.check_args(args)
+    else:
+        with pytest.raises(ConfigError, match=r'--min-lr 0.06 is above the learning rate 0.05 '):
+            train_mod.check_args(args)
+
+
 def test_a_seed_is_taken_over_its_documented_range_and_refused_just_outside():
     """ --seed: an integer from 0 to 2**63 - 1 (what a signed 64-bit integer holds), each end taken. """
     from timm_structinit_cli.arg_types import seed
