@@ -13,8 +13,8 @@ an interval, a verdict or a spread computed wrongly, the gain of the best top-1,
 the majority class of the test split), given as exact text replacements in the package's source. For each, the working
 tree (the package, its tests and what they read) is copied to a fresh temporary folder (beside a link to ../shared,
 whose data some tests read), the replacements made there (a mutant never touches the working tree), and the test
-files named for it run with that copy first on the path, until the first failure. The result lists every mutation with the test that caught it; a mutation no
-test fails is `SURVIVED`. `--only NAME ...` runs some of them.
+files named for it run with that copy first on the path, until the first failure. The result lists every mutation
+with the test that caught it; a mutation no test fails is `SURVIVED`. `--only NAME ...` runs some of them.
 
 `--list FILE` takes the mutations of another file written in this format (its `MUTATIONS`, of this module's
 `Mutation`), and `--fast-subset` runs each mutant against the whole fast subset (`-m "not slow"`, every test file,
