@@ -10,14 +10,28 @@ that overlap or drop images, a flip or a normalisation gone wrong, an option tha
 stepped at the wrong time, an accumulated update scaled wrongly, an EMA or a best checkpoint read from the wrong weights
 or in the wrong direction, an export that forgets its run's data config or picks the other weights; in compare's answer,
 an interval, a verdict or a spread computed wrongly, the gain of the best top-1, chance or the training split taken for
-the majority class of the test split), given as exact text replacements in the package's source. For each, the package
-and its tests are copied to a fresh temporary folder (beside a link to ../shared, whose data some tests read), the
-replacements made there (a mutant never touches the working tree), and the test files named for it run with that copy
-first on the path, until the first failure. The result lists every mutation with the test that caught it; a mutation no
-test fails is `SURVIVED`. `--only NAME ...` runs some of them.
+the majority class of the test split), given as exact text replacements in the package's source. For each, the working
+tree (the package, its tests and what they read) is copied to a fresh temporary folder (beside a link to ../shared,
+whose data some tests read), the replacements made there (a mutant never touches the working tree), and the test
+files named for it run with that copy first on the path, until the first failure. The result lists every mutation
+with the test that caught it; a mutation no test fails is `SURVIVED`. `--only NAME ...` runs some of them.
+
+`--list FILE` takes the mutations of another file written in this format (its `MUTATIONS`, of this module's
+`Mutation`), and `--fast-subset` runs each mutant against the whole fast subset (`-m "not slow"`, every test file,
+until the first failure) instead of the tests named for it: what a bug meets when nobody chose its tests. The copy is
+the whole working tree (every file git tracks or would), so a mutation may edit the command lines' package
+(`../timm_structinit_cli/...`) and the tests of the docs and the benchmarks find what they read. The test files
+that name a mutated module run first and the rest of the subset only if they all pass: the verdict of the whole
+subset, sooner. `-n 2` runs the tests in two processes (pytest-xdist). A list may say, in its `EQUIVALENT` (name ->
+one line), why a mutation cannot change behaviour; a survivor with such a line is counted apart. `--merge RESULT`
+runs the mutations named (`--only`) and keeps every other one's lines from an earlier result of the list, marked.
+
+    python benchmarks/mutations.py --list benchmarks/mutations_second_pass.py --fast-subset -n 2 \
+        --out benchmarks/results/mutations_second_pass.txt
 """
 import argparse
 import datetime
+import importlib.util
 import os
 import platform
 import re
@@ -29,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from results_file import write_lines
 
@@ -46,6 +60,8 @@ LOADER_TESTS = 'tests/test_pipeline_loaders.py'
 TRAINING_TESTS = 'tests/test_pipeline_training.py'
 EXPORT_TESTS = 'tests/test_pipeline_export.py'
 COMPARE_TESTS = 'tests/test_compare.py'
+# every test of the fast subset, whatever file it is in
+FAST_SUBSET = ('-m', 'not slow')
 
 
 @dataclass(frozen=True)
@@ -437,7 +453,19 @@ MUTATIONS = [
 ]
 
 
-def _copy_tree(work: Path) -> None:
+def _copy_tree(work: Path, whole: bool = True) -> None:
+    """ Every file of the working tree that git tracks or would track into `work` (its ignored files, a venv or build
+    outputs, stay behind): the package, the command lines' light package beside it, the tests and what they read;
+    without `whole`, the package, its tests and pyproject.toml only. """
+    if whole:
+        listed = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'], cwd=REPO,
+                                capture_output=True, check=True).stdout.decode().split('\0')
+        for name in filter(None, listed):
+            source = REPO / name
+            if source.is_file():  # a file deleted but not yet committed is listed all the same
+                (work / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, work / name)
+        return
     shutil.copytree(REPO / 'timm_structinit', work / 'timm_structinit',
                     ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
     shutil.copytree(REPO / 'tests', work / 'tests', ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
@@ -457,66 +485,164 @@ def _failed_tests(output: str):
     return sorted({m.group(1) for m in re.finditer(r'^(?:FAILED|ERROR) (\S+)', output, re.M)})
 
 
-def run_mutation(mutation: Mutation, timeout: float) -> Tuple[str, list, float]:
-    """ ('caught' | 'SURVIVED' | 'timeout', the failed test ids, seconds) of one mutant in a fresh copy. """
+def _nearby_tests(work: Path, mutation: Mutation) -> List[str]:
+    """ The test files that name a module the mutation edits (its file's name; its package's for an __init__.py). """
+    names = {Path(file).parent.name if Path(file).stem == '__init__' else Path(file).stem
+             for file, _, _ in mutation.edits}
+    pattern = re.compile(r'\b(?:' + '|'.join(map(re.escape, sorted(names))) + r')\b')
+    return sorted(str(path.relative_to(work)) for path in (work / 'tests').glob('test_*.py')
+                  if pattern.search(path.read_text()))
+
+
+def _pytest(work: Path, args: Sequence[str], workers: int, timeout: float) -> Tuple[Optional[list], float]:
+    """ (the failed test ids, or None past `timeout`; seconds) of pytest with `args` in the copy `work`. """
+    env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider', '-rfE', '--no-header',
+             '-o', 'addopts=', *(['-n', str(workers), '--dist', 'loadgroup'] if workers else []), *args],
+            cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, time.perf_counter() - start
+    failed = _failed_tests(done.stdout + done.stderr)
+    if done.returncode not in (0, 1, 5) and not failed:  # 5: no test collected
+        raise RuntimeError(f'pytest exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}')
+    return failed, time.perf_counter() - start
+
+
+def run_mutation(mutation: Mutation, timeout: float, tests: Optional[Sequence[str]] = None,
+                 workers: int = 0) -> Tuple[str, list, float]:
+    """ ('caught' | 'SURVIVED' | 'timeout' | 'NOT APPLIED', the failed test ids, seconds) of one mutant in a fresh
+    copy, against `tests` (pytest's arguments; the mutation's own by default) in `workers` processes (0: in pytest's
+    own); NOT APPLIED where an edit's text is not in the code once (the code changed since it was written).
+
+    Against the whole fast subset, the test files that name a mutated module run first, and the rest of the subset
+    only if none of them fails: the same verdict as the whole subset at once, sooner where a nearby test catches
+    the bug (the test named is then the first nearby one to fail). """
+    tests = mutation.tests if tests is None else tests
     with tempfile.TemporaryDirectory(prefix='structinit-mutant-') as folder:
         work = Path(folder) / REPO.name
         shared = REPO.parent / 'shared'
         if shared.is_dir():  # the tests find ../shared (CIFAR-10, timm's scripts) beside the copy, as beside the repo
             (Path(folder) / 'shared').symlink_to(shared, target_is_directory=True)
-        _copy_tree(work)
-        _apply(work, mutation)
-        env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS='1', PYTHONDONTWRITEBYTECODE='1')
-        start = time.perf_counter()
+        _copy_tree(work, whole=True)
         try:
-            done = subprocess.run(
-                [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider', '-rfE', '--no-header',
-                 '-o', 'addopts=', *mutation.tests],
-                cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return 'timeout', [], time.perf_counter() - start
-        seconds = time.perf_counter() - start
-        failed = _failed_tests(done.stdout + done.stderr)
-        if done.returncode not in (0, 1) and not failed:
-            raise RuntimeError(f'{mutation.name}: pytest exited {done.returncode}:\n{done.stdout[-3000:]}'
-                               f'\n{done.stderr[-3000:]}')
-        return ('caught' if failed else 'SURVIVED'), failed, seconds
+            _apply(work, mutation)
+        except ValueError as e:
+            return 'NOT APPLIED', [str(e)], 0.0
+        stages = [list(tests)]
+        if tuple(tests) == FAST_SUBSET:
+            nearby = _nearby_tests(work, mutation)
+            stages = [[*FAST_SUBSET, *nearby], [*FAST_SUBSET, *(f'--ignore={f}' for f in nearby)]] if nearby else \
+                stages
+        seconds = 0.0
+        for args in stages:
+            failed, took = _pytest(work, args, workers, timeout - seconds)
+            seconds += took
+            if failed is None:
+                return 'timeout', [], seconds
+            if failed:
+                return 'caught', failed, seconds
+        return 'SURVIVED', [], seconds
+
+
+def load_mutations(path: str) -> List[Mutation]:
+    """ The `MUTATIONS` of another file in this format. """
+    sys.modules.setdefault('mutations', sys.modules[__name__])  # its `from mutations import ...`: this module
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MUTATIONS)
+
+
+def load_equivalents(path: Optional[str]) -> Dict[str, str]:
+    """ The `EQUIVALENT` of a list file (mutation name -> one line saying why it cannot change behaviour), if any. """
+    if not path:
+        return {}
+    sys.modules.setdefault('mutations', sys.modules[__name__])
+    spec = importlib.util.spec_from_file_location(Path(path).stem + '_equivalents', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(getattr(module, 'EQUIVALENT', {}))
+
+
+def _blocks(path: str) -> Dict[str, List[str]]:
+    """ The result blocks (name -> its lines) of an earlier result file. """
+    blocks, name = {}, None
+    for line in Path(path).read_text().splitlines():
+        if line and not line.startswith((' ', '#')) and ': ' in line and not line[0].isdigit():
+            name = line.split(': ', 1)[0]
+            blocks[name] = [line]
+        elif line.startswith(' ') and name is not None:
+            blocks[name].append(line)
+        else:
+            name = None
+    return blocks
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--list', metavar='FILE', help="another file's MUTATIONS instead of this one's")
     parser.add_argument('--only', nargs='+', metavar='NAME', help='run only these mutations')
+    parser.add_argument('--fast-subset', action='store_true',
+                        help='run every mutant against the whole fast subset (-m "not slow"), not its own tests')
+    parser.add_argument('-n', dest='workers', type=int, default=0, metavar='N',
+                        help='run the tests in N processes (pytest-xdist); 0: in one')
     parser.add_argument('--timeout', type=float, default=900, help='seconds per mutant')
     parser.add_argument('--out', help='write the result here too')
+    parser.add_argument('--merge', metavar='RESULT', help='an earlier result file of the same list: the mutations not '
+                                                            'run now keep their lines from it')
     args = parser.parse_args(argv)
-    names = [m.name for m in MUTATIONS]
+    mutations = load_mutations(args.list) if args.list else MUTATIONS
+    names = [m.name for m in mutations]
+    if len(set(names)) != len(names):
+        parser.error(f'mutation names given twice: {sorted({n for n in names if names.count(n) > 1})}')
     unknown = sorted(set(args.only or ()) - set(names))
     if unknown:
         parser.error(f'unknown mutation(s) {unknown}; valid: {names}')
-    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
-    lines = [f'# command: python benchmarks/mutations.py{" --only " + " ".join(args.only) if args.only else ""}'
-             f'{" --out " + args.out if args.out else ""}',
+    chosen = [m for m in mutations if not args.only or m.name in args.only]
+    tests = FAST_SUBSET if args.fast_subset else None
+    lines = [f'# command: python benchmarks/mutations.py {shlex.join(argv if argv is not None else sys.argv[1:])}',
              f'# date: {datetime.datetime.now().isoformat(timespec="seconds")}',
-             f'# machine: {platform.machine()}, python {platform.python_version()}; each mutant in a fresh copy of '
-             f'the package, the selected tests run until the first failure (-x)', '']
+             f'# machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}; each '
+             f'mutant in a fresh copy of the ' + ('working tree, the whole fast subset' if args.fast_subset else
+                                                  'package, the selected tests') +
+             f' run until the first failure (-x){f" in {args.workers} processes" if args.workers else ""}', '']
     for line in lines:
         print(line, flush=True)
-    survived = 0
-    for mutation in chosen:
-        verdict, failed, seconds = run_mutation(mutation, args.timeout)
-        survived += verdict != 'caught'
-        block = [f'{mutation.name}: {mutation.what}',
-                 f'  {verdict} ({len(failed)} failed, {seconds:.0f}s; ran {shlex.join(mutation.tests)})']
-        block += [f'    {test}' for test in failed]
+    equivalent = load_equivalents(args.list)
+    earlier = _blocks(args.merge) if args.merge else {}
+    if earlier:
+        lines.insert(3, f'# merged with {args.merge}: the mutations not run now keep their lines from it, each marked')
+    verdicts = {}
+    for mutation in (mutations if earlier else chosen):
+        if mutation not in chosen:
+            block = [line for line in earlier.get(mutation.name, [f'{mutation.name}: {mutation.what}', '  NOT RUN'])
+                     if not line.startswith('    cannot change behaviour: ')]
+            block = [block[0], block[1] + ' [earlier run]', *block[2:]]
+            verdicts[mutation.name] = block[1].split()[0]
+        else:
+            verdict, failed, seconds = run_mutation(mutation, args.timeout, tests, args.workers)
+            verdicts[mutation.name] = verdict
+            block = [f'{mutation.name}: {mutation.what}',
+                     f'  {verdict} ({len(failed)} failed, {seconds:.0f}s; ran {shlex.join(tests or mutation.tests)})']
+            block += [f'    {test}' for test in failed]
+        if verdicts[mutation.name] != 'caught' and mutation.name in equivalent:
+            block.append(f'    cannot change behaviour: {equivalent[mutation.name]}')
         for line in block:
             print(line, flush=True)
         lines += block
-    summary = f'{len(chosen) - survived} of {len(chosen)} mutations caught'
+    caught = sum(v == 'caught' for v in verdicts.values())
+    explained = sum(v != 'caught' and n in equivalent for n, v in verdicts.items())
+    summary = (f'{caught} of {len(verdicts)} mutations caught' +
+               (f'; {explained} survive that cannot change behaviour (each says why)' if explained else '') +
+               f'; {len(verdicts) - caught - explained} unexplained')
     print(summary)
     lines += ['', summary]
     if args.out:
         write_lines(args.out, lines)
-    return 0 if survived == 0 else 1
+    return 0 if len(verdicts) - caught - explained == 0 else 1
 
 
 if __name__ == '__main__':

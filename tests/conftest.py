@@ -91,6 +91,19 @@ def one_torch_thread(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def generators_seeded():
+    """ Each test starts from one state of torch's, numpy's and Python's generators, whatever ran before it in its
+    process: a test that draws an input without a seed of its own passes or fails by itself, not by the tests that
+    pytest-xdist (or a mutant's run, which takes the tests naming its module first) put before it. """
+    import random
+    import numpy as np
+    import torch
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
 def thread_count_restored():
     """ A test may set torch's thread count (the determinism tests do); the next one starts with the suite's. """
     import torch

@@ -129,6 +129,7 @@ def test_show_applies_init_to_timm_model_and_refuses_bad_input(tmp_path, capsys)
     assert 'init: mimetic' in capsys.readouterr().out and out.exists()
     assert main(['show', 'vit_tiny_patch2_32', '--init', 'nope']) == 2
     assert "unknown struct_init 'nope'" in capsys.readouterr().err
-    assert main(['show', 'vit_tiny_patch2_32', '--model-kwargs', 'depth=1', '--layer', '3',
+    # the first layer out of range: the depth itself (layers count from 0)
+    assert main(['show', 'vit_tiny_patch2_32', '--model-kwargs', 'depth=1', '--layer', '1',
                  '--out', str(tmp_path / 'x.png')]) == 2
-    assert '--layer=3 is out of range' in capsys.readouterr().err
+    assert '--layer=1 is out of range' in capsys.readouterr().err

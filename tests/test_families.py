@@ -207,7 +207,9 @@ def test_registered_swin_impulse_keeps_its_structure_in_the_default_geometry():
     model = timm.create_model('swin_tiny_patch2_window4_32_impulse3', struct_init_seed=0)
     record = model.struct_init_record
     assert record['window_size'] == [[4, 4]] * 10 + [[2, 2]] * 2
-    rows = family_summary(model, torch.randn(2, 3, 32, 32))
+    # a fixed input: the masses move with it (over seeds 0-11 a full window's least is 0.474 to 0.5), and an input
+    # drawn from the process's generator made the test pass or fail by the tests that ran before it
+    rows = family_summary(model, torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)))
     unshifted = {i for i, b in enumerate(b for s in model.layers for b in s.blocks) if b.attn_mask is None}
     by_layer = {}
     for r in rows:

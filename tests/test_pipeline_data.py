@@ -93,6 +93,10 @@ def test_a_split_folder_is_found_by_its_synonyms_and_never_by_the_other_kinds(tm
             resolve_split_folder(str(tmp_path), split, '--val-split')
     (tmp_path / 'val').mkdir()
     assert resolve_split_folder(str(tmp_path), 'validation', '--val-split') == str(tmp_path / 'val')
+    # 'test' is no synonym of the evaluation names (timm's _EVAL_SYNONYM): without a test/ folder it is refused
+    (tmp_path / 'test').rmdir()
+    with pytest.raises(DataError, match="--val-split 'test'"):
+        resolve_split_folder(str(tmp_path), 'test', '--val-split')
 
 
 @pytest.mark.parametrize('name, parts', [
@@ -124,6 +128,71 @@ def test_a_subset_holds_the_number_asked_balanced_and_drawn_by_its_seed():
         assert [subset[k][1] for k in range(3)] == [digits.targets[i] for i in subset.indices[:3]]
     draws = {tuple(ClassBalancedSubset(digits, 47, seed=s).indices.tolist()) for s in range(4)}
     assert len(draws) == 4  # each seed its own draw
+
+
+class _ShadesByClass(Dataset):
+    """ 8x8 images of one grey level per class (20 per step of the label), `counts[c]` images of class c. """
+
+    def __init__(self, counts):
+        self.targets = [label for label, n in enumerate(counts) for _ in range(n)]
+        self.transform = None
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        image = Image.new('RGB', (8, 8), (20 * self.targets[index],) * 3)
+        return (self.transform(image) if self.transform else image), self.targets[index]
+
+
+@pytest.mark.parametrize('counts, batch', [([1] + [10] * 9, [1] + [7] * 9), ([2] * 10, [2] * 10)])
+def test_the_target_mass_batch_takes_all_a_small_class_holds_and_the_others_make_up_64(tmp_path, counts, batch):
+    """ An evaluation split of 10 classes, class 0 with 1 image and the others with 10 (91 in all): a strict subset
+    of 64 asks class 0 for 7 and is refused; the target-mass batch takes its 1 and 7 of each other class (63 / 9),
+    read back from the images' grey levels. A split of 20 images, fewer than 64: all of them. """
+    from timm_structinit.diagnostics.mass_tracking import TargetMassTracker
+    split = _ShadesByClass(counts)
+    if counts[0] == 1:
+        with pytest.raises(DataError, match='class 0 has only 1 samples, 7 needed'):
+            ClassBalancedSubset(split, 64, seed=0)
+    options = dict(input_size=(3, 8, 8), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), num_workers=0, distributed=False,
+                   pin_memory=False, device=torch.device('cpu'), use_prefetcher=False, interpolation='bilinear',
+                   crop_pct=1.0)
+    tracker = TargetMassTracker(split, options, str(tmp_path))
+    labels = (tracker.images.mean(dim=(1, 2, 3)) * 255 / 20).round().long()
+    assert torch.bincount(labels, minlength=10).tolist() == batch
+
+
+@pytest.mark.parametrize('sizes', [[1, 10, 10], [2, 3, 50, 50], [5, 5, 5, 5], [1, 1, 1, 100], [30, 2, 30, 2, 30]])
+def test_a_filled_subset_gives_a_short_class_all_it_holds_and_shares_the_rest_evenly(sizes):
+    """ Over every count up to the whole dataset: the count taken, no class more than it holds, and the classes
+    that hold more than they give within one of each other, each giving at least what a short class gives; where no
+    class is short, the same draw as without `fill`. """
+    split = _ShadesByClass(sizes)
+    for count in range(1, sum(sizes) + 1):
+        subset = ClassBalancedSubset(split, count, seed=1, fill=True)
+        given = np.bincount(subset.targets, minlength=len(sizes))
+        assert given.sum() == count and len(set(subset.indices.tolist())) == count
+        assert all(given <= sizes)
+        room = given[given < sizes]  # the classes that could have given more
+        if len(room):
+            assert room.max() - room.min() <= 1 and room.min() >= given.max() - 1
+        if count <= len(sizes) * min(sizes):
+            assert subset.indices.tolist() == ClassBalancedSubset(split, count, seed=1).indices.tolist()
+
+
+@pytest.mark.parametrize('classes', [1, 2, 10])
+def test_a_label_file_is_refused_exactly_where_a_label_names_no_class(classes):
+    """ Labels 0..classes-1 name the classes; the class count itself and -1 name none (a damaged label file), and
+    the refusal comes before any training, not in the first step's loss. """
+    from timm_structinit.data.dataset_factory import _check_labels
+    for labels, refused in (([0, classes - 1], False), ([0, classes], True), ([-1, 0], True)):
+        dataset = SimpleNamespace(targets=labels, classes=[f'c{i}' for i in range(classes)])
+        if refused:
+            with pytest.raises(DataError, match=f'labels {min(labels)}..{max(labels)} lie outside the classes'):
+                _check_labels(dataset, 'labels')
+        else:
+            _check_labels(dataset, 'labels')
 
 
 def test_each_subset_comes_from_its_own_split():
@@ -177,6 +246,35 @@ def test_one_image_under_other_indices_or_epochs_is_augmented_differently():
             assert not torch.equal(reads[a], reads[b]), f'{a} and {b} augmented alike'
     dataset.set_epoch(1)
     assert torch.equal(dataset[4][0], reads[1, 4])  # the same epoch and index: the same draw
+
+
+def test_a_batchs_collate_draws_from_its_first_index_whatever_its_labels():
+    """ The collate (where timm's FastCollateMixup draws its mix) draws from (seed, epoch, the batch's first index):
+    batches that begin at other indices draw apart though every label is the same, and one that begins at the same
+    index draws the same whatever its labels. """
+    from timm_structinit.data.epoch_seeded import EpochSeededCollate
+    collate = EpochSeededCollate(lambda items: torch.rand(1).item(), EpochSeededDataset(Same(), seed=7))
+    draws = {first: collate([(None, 0, first), (None, 0, first + 1)]) for first in range(4)}
+    assert len(set(draws.values())) == 4
+    assert collate([(None, 5, 2), (None, 3, 3)]) == draws[2]
+
+
+def test_reading_in_the_main_process_leaves_its_generators_where_they_were():
+    """ --workers 0: each image is augmented under its own seed, and the run's own draws (its dropout, drop path,
+    the next epoch's order) go on as though no image had been read: torch's, numpy's and Python's generators give
+    after the reads what they give after the same seeds alone. """
+    import random
+    from timm_structinit.data.epoch_seeded import EpochSeededCollate
+    dataset = EpochSeededDataset(Same(), seed=7)
+    dataset.transform = create_transform(32, is_training=True, scale=(0.08, 1.0), hflip=0.5, color_jitter=None)
+    collate = EpochSeededCollate(lambda items: torch.rand(1), dataset)
+
+    def draws_after(read):
+        torch.manual_seed(3), np.random.seed(3), random.seed(3)
+        read()
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), random.random()
+
+    assert draws_after(lambda: collate([dataset[0], dataset[1]])) == draws_after(lambda: None)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -99,6 +99,36 @@ def test_each_training_option_reaches_the_device_transform():
 # the options' values at work
 
 
+def _epoch_batches(loader_train, mixup, epochs):
+    """ The (inputs, targets) of each epoch of `epochs`, each told its epoch and mixup turned off from epoch 1 as the
+    training loop does (`train.epochs`). """
+    inner = getattr(loader_train, 'loader', loader_train)
+    batches = []
+    for epoch in epochs:
+        for follower in (inner.sampler, inner.dataset, loader_train):
+            if hasattr(follower, 'set_epoch'):
+                follower.set_epoch(epoch)
+        if epoch >= 1:
+            mixup.mixup_enabled = False
+        inputs, targets = zip(*loader_train)
+        batches.append((torch.cat(inputs), torch.cat(targets)))
+    return batches
+
+
+def test_mixing_stops_at_the_mixup_off_epoch_in_the_loaders_kept_worker():
+    """ timm's loader with its prefetcher and a worker kept through the run (which mixes in its own copy of the
+    collate): with --mixup-prob 1, epoch 0's targets are mixed (no row one-hot) and from --mixup-off-epoch 1 each row
+    is one of the 8 images' one-hot labels; a run resumed at epoch 1 gets the same batches. """
+    options = ['--mixup', '1', '--mixup-off-epoch', '1', '--smoothing', '0', '--workers', '1']
+    loader_train, _, _, mixup, _ = build('timm', *options)
+    (_, mixed), (inputs, targets) = _epoch_batches(loader_train, mixup, (0, 1))
+    assert (mixed.max(dim=1).values < 1).all()
+    assert targets.max(dim=1).values.tolist() == [1.0] * 8 and sorted(targets.argmax(1).tolist()) == list(range(8))
+    resumed_loader, _, _, resumed_mixup, _ = build('timm', *options)
+    [(resumed_inputs, resumed_targets)] = _epoch_batches(resumed_loader, resumed_mixup, (1,))
+    assert torch.equal(resumed_inputs, inputs) and torch.equal(resumed_targets, targets)
+
+
 @pytest.mark.parametrize('loader, order', [('timm', []), ('timm', ['--no-prefetcher']), ('device', [])])
 def test_an_always_mirrored_whole_image_is_the_mirror_normalised_by_the_runs_mean_and_std(loader, order):
     """ --scale 1 1 --ratio 1 1 crops the whole image (resized to its own size: unchanged), --hflip 1 mirrors every

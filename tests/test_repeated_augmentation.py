@@ -95,7 +95,11 @@ def test_the_copies_are_the_same_when_read_again_and_in_timms_order(monkeypatch)
     assert [i for i, _, _ in first] == list(timm_order)
 
 
-@pytest.mark.parametrize('count, repeats, replicas', [(10, 3, 2), (7, 3, 4), (9, 2.5, 2), (5, 3, 3), (300, 3, 8)])
+# fractional counts whose order the padding wraps (its first images read again at the end of the epoch): 7 x 1.5 =
+# 10.5 -> 11 positions padded to 12, 5 x 2.2 -> 11 to 12, 4 x 1.25 -> 5 to 6, 3 x 2.7 -> 9 to 10, 2 x 3.5 -> 7 to 9
+@pytest.mark.parametrize('count, repeats, replicas', [(10, 3, 2), (7, 3, 4), (9, 2.5, 2), (5, 3, 3), (300, 3, 8),
+                                                      (7, 1.5, 4), (5, 2.2, 3), (4, 1.25, 3), (3, 2.7, 5),
+                                                      (2, 3.5, 3)])
 def test_copy_numbers_count_the_earlier_copies_of_the_whole_order(count, repeats, replicas):
     """ The copy numbers against a count over the epoch's whole order, put together from timm's own sampler on every
     process (the order's position p is process p % replicas's item p // replicas). """

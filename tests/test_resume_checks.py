@@ -110,6 +110,22 @@ def test_an_epoch_outside_the_run_is_refused_and_the_summary_kept(run_dir, epoch
     assert snapshot(run_dir) == before
 
 
+@pytest.mark.parametrize('version', [1, 2])
+def test_a_checkpoint_is_taken_through_the_cool_down_and_refused_past_the_run(version, tmp_path):
+    """ --epochs 2 --cooldown-epochs 1: a run of 3 epochs. A checkpoint of timm's version 2 records the epoch it
+    finished (0, 1 or 2: it starts at 1, 2 or 3, the last a finished run, which reports), one of version 1 the epoch
+    to start at (up to 3); one past the run is refused, naming the valid epochs. """
+    from argparse import Namespace
+    from timm_structinit.errors import ConfigError
+    from timm_structinit.train.resume import check_resume
+    args = Namespace(resume=str(tmp_path / 'last.pth.tar'), epochs=2, cooldown_epochs=1, no_resume_opt=True)
+    last = 2 if version == 2 else 3
+    for epoch in range(last + 1):
+        check_resume(args, dict(state_dict={}, epoch=epoch, version=version), str(tmp_path), False, None)
+    with pytest.raises(ConfigError, match=r'valid: a checkpoint of epoch 0\.\.2 '):
+        check_resume(args, dict(state_dict={}, epoch=last + 1, version=version), str(tmp_path), False, None)
+
+
 @pytest.mark.parametrize('flags,named', [(['--model-ema'], 'without EMA columns')])
 def test_logged_columns_must_match(run_dir, flags, named, capsys):
     before = snapshot(run_dir)
@@ -178,3 +194,16 @@ def test_whatever_the_tensors_raise_while_restoring_is_one_line(run_dir, capsys,
     line = one_line(err)
     assert code == 2 and 'UnpicklingError' in line and '--resume' in line, line
     assert snapshot(run_dir) == before
+
+
+def test_the_same_options_spelled_otherwise_resume_the_run(run_dir, capsys):
+    """ The run's options written otherwise (the optimizer's name in capitals, 1e-2 for 0.01, 0.90 for the default
+    momentum 0.9, 2.0e-5 for the default weight decay): the same run, resumed at its second epoch, its learning
+    rate not said to be replaced. """
+    code, out, err = run_main([*RUN, '--opt', 'SGD', '--lr', '1e-2', '--momentum', '0.90', '--weight-decay', '2.0e-5',
+                               '--resume', run_dir], capsys)
+    assert code == 0, err
+    assert [line.split()[1] for line in out.splitlines() if line.startswith('epoch ')] == ['2/2'], out
+    with open(run_dir / 'summary.csv', newline='') as f:
+        assert [int(r['epoch']) for r in csv.DictReader(f)] == [0, 1]
+    assert 'replaces' not in out + err

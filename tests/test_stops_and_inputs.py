@@ -136,7 +136,7 @@ def test_a_stop_while_the_loader_forks_is_raised_after_it():
     reached = False
     try:
         with pytest.raises(failures.RunStopped) as stopped:
-            with failures._stops_held():
+            with failures.stops_held():
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.01)
                 reached = True
@@ -162,7 +162,7 @@ def test_a_stop_that_comes_while_the_run_stops_is_the_same_stop():
             for again in (signal.SIGTERM, signal.SIGUSR1):
                 os.kill(os.getpid(), again)
                 time.sleep(0.01)
-            with failures._stops_held():  # nor recorded to be raised later
+            with failures.stops_held():  # nor recorded to be raised later
                 os.kill(os.getpid(), signal.SIGHUP)
                 time.sleep(0.01)
             assert stopped.value.signum == signal.SIGTERM
@@ -295,6 +295,21 @@ def test_one_seed_range_for_every_entry_point(capsys):
     train_mod.seed_everything(args.seed, 1)
     assert train_mod.main(['--dataset', 'sklearn/digits', '--seed', str(2 ** 63)]) == 2
     assert 'is not a valid seed' in capsys.readouterr().err
+
+
+def test_each_process_of_a_run_is_seeded_as_timms_random_seed_seeds_it():
+    """ seed_everything(seed, rank) seeds torch, numpy and Python as timm's `random_seed(seed, rank)` (train.py's
+    seeding): each rank its own stream, the same for the same rank. """
+    import random
+    from timm.utils import random_seed
+
+    def draws(seeding, seed, rank):
+        seeding(seed, rank)
+        return torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random()
+
+    for seed, rank in ((0, 0), (5, 1), (5, 3)):
+        assert draws(train_mod.seed_everything, seed, rank) == draws(random_seed, seed, rank)
+    assert draws(train_mod.seed_everything, 5, 1) != draws(train_mod.seed_everything, 5, 0)
 
 
 def test_warmup_longer_than_the_run_is_said(capsys):

@@ -1,6 +1,7 @@
 """ timm train.py's options that the papers' recipes and GPU users need, with timm's names and semantics: gradient
 accumulation, evaluation interval, repeated augmentation, torch.compile, Weights & Biases; and every other option of
 timm's train.py refused in one line that points to running timm's own script. """
+import argparse
 import os
 import re
 import subprocess
@@ -148,3 +149,115 @@ def test_every_option_of_timms_train_py_is_ours_or_refused_with_a_pointer(capsys
     code, out, err = _run(['-c', f.name], capsys)
     os.unlink(f.name)
     assert code == 2 and "key 'jsd_loss'" in err and 'python -m timm_structinit.run' in err
+
+
+# the defaults the training command gives otherwise than timm's train.py, each for a reason its help states
+OWN_DEFAULTS = {'model': "a model of this package's", 'device': 'cuda where torch sees one, else cpu',
+                'amp_dtype': 'the dtype the device supports'}
+
+
+@pytest.mark.skipif(not TIMM_TRAIN.is_file(),
+                    reason=f"needs timm's train.py at {TIMM_TRAIN} (../shared beside the repository); not found")
+def test_every_option_shared_with_timms_train_py_has_its_default(monkeypatch):
+    """ timm's own parser, from its train.py: each option both commands take defaults alike (--smoothing 0.1,
+    --epochs 300, ...), but for the few this command chooses otherwise. """
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('timm_train_script', TIMM_TRAIN)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, 'argv', ['train.py'])
+    spec.loader.exec_module(script)
+    theirs = {a.dest: a.default for p in (script.config_parser, script.parser) for a in p._actions if a.option_strings}
+    ours = {a.dest: a.default for a in train_mod.build_parser()._actions if a.option_strings}
+    shared = sorted(set(theirs) & set(ours))
+    assert len(shared) > 100
+    differ = {k for k in shared if theirs[k] != ours[k]}
+    assert differ == set(OWN_DEFAULTS), {k: (theirs[k], ours[k]) for k in differ}
+
+
+def _literal_defaults(parser):
+    """ (option, the default its help states, the default it has) where the help writes a value, not words. A SLURM
+    option that --slurm-config may set has no parser default: its default is the one taken without the file. """
+    import re
+    from timm_structinit_cli.slurm_options import SLURM_DEFAULTS, SLURM_KEYS
+    unset = {option: SLURM_DEFAULTS.get(key) for key, (option, *_) in SLURM_KEYS.items()}
+    for action in parser._actions:
+        match = re.search(r'default:? ([^)]*)\)', action.help or '')
+        if not match or '%(default' in action.help:
+            continue
+        stated = match.group(1).split(',')[0].strip()
+        option = (action.option_strings or [action.dest])[-1]
+        default = unset[option] if option in unset and action.default is None else action.default
+        if re.fullmatch(r'-?\d+(\.\d+)?', stated):
+            yield option, float(stated), default
+        elif isinstance(default, list):
+            yield option, stated.split(), default
+
+
+@pytest.mark.parametrize('options, mixing', [([], False), (['--mixup', '0.2'], True), (['--cutmix', '1'], True),
+                                             (['--cutmix-minmax', '0.2', '0.8'], True)])
+def test_mixing_is_on_where_timms_train_py_turns_it_on(options, mixing):
+    """ As timm's train.py: mixup or cutmix above 0, or a cutmix box range alone (cutmix_minmax), turns mixing on,
+    and then a batch of odd size is refused (the mix pairs each image with the batch's mirror). """
+    from timm_structinit.errors import ConfigError
+    args = train_mod.parse_args(['--dataset', 'sklearn/digits', '--batch-size', '7', *TINY, *options])
+    if mixing:
+        with pytest.raises(ConfigError, match='--batch-size 7 must be even with mixup/cutmix'):
+            train_mod.check_args(args)
+    else:
+        train_mod.check_args(args)
+
+
+def test_a_runs_args_yaml_read_back_with_c_trains_anew(tmp_path):
+    """ args.yaml, written next to the checkpoints to be reused with -c, is read back (its empty --wandb-tags too)
+    and leaves out what belongs to that one run: it resumes nothing, names no experiment and overwrites nothing, and
+    keeps the run's settings. """
+    from timm_structinit.train.config import parse_args, save_args
+    args = parse_args(['--dataset', 'sklearn/digits', *TINY, '--resume', str(tmp_path / 'last.pth.tar'),
+                       '--experiment', 'first', '--overwrite', '--lr', '0.02'])
+    save_args(args, str(tmp_path / 'args.yaml'))
+    again = parse_args(['-c', str(tmp_path / 'args.yaml')])
+    fresh = parse_args(['--dataset', 'sklearn/digits', *TINY])
+    assert (again.resume, again.experiment, again.overwrite) == (fresh.resume, fresh.experiment, fresh.overwrite)
+    assert (again.lr, again.dataset, again.model) == (0.02, 'sklearn/digits', args.model)
+    # an empty list where the option needs values (the crop's scale range) is refused, naming the default
+    from timm_structinit.errors import ConfigError
+    (tmp_path / 'empty.yaml').write_text('scale: []\n')
+    with pytest.raises(ConfigError, match=r'scale=\[\] is not valid; expected at least one value; leave the key '
+                                          r'out for the default \[0\.08, 1\.0\]'):
+        parse_args(['-c', str(tmp_path / 'empty.yaml')])
+
+
+@pytest.mark.parametrize('min_lr, taken', [(0.04, True), (0.05, True), (0.06, False)])
+def test_min_lr_is_held_to_the_rate_lr_base_gives_the_global_batch_accumulated(min_lr, taken):
+    """ timm's train.py: with no --lr, the rate is --lr-base scaled by the global batch over --lr-base-size, the
+    global batch counting --grad-accum-steps (linearly for SGD): 0.1 x (32 x 4) / 256 = 0.05, so a --min-lr up to
+    0.05 is a floor the schedule decays to, and above it is refused. """
+    from timm_structinit.errors import ConfigError
+    args = train_mod.parse_args(['--dataset', 'sklearn/digits', *TINY, '--opt', 'sgd', '--lr-base', '0.1',
+                                 '--lr-base-size', '256', '--batch-size', '32', '--grad-accum-steps', '4',
+                                 '--min-lr', str(min_lr)])
+    if taken:
+        train_mod.check_args(args)
+    else:
+        with pytest.raises(ConfigError, match=r'--min-lr 0.06 is above the learning rate 0.05 '):
+            train_mod.check_args(args)
+
+
+def test_a_seed_is_taken_over_its_documented_range_and_refused_just_outside():
+    """ --seed: an integer from 0 to 2**63 - 1 (what a signed 64-bit integer holds), each end taken. """
+    from timm_structinit_cli.arg_types import seed
+    assert [seed(text) for text in ('0', '1', str(2 ** 63 - 1))] == [0, 1, 2 ** 63 - 1]
+    for text in ('-1', str(2 ** 63), '1.5', 'x'):
+        with pytest.raises(argparse.ArgumentTypeError, match='not a valid seed'):
+            seed(text)
+
+
+def test_every_default_a_help_states_is_the_default():
+    from timm_structinit import cli
+    subcommands = next(a for a in cli.build_parser()._actions if isinstance(getattr(a, 'choices', None), dict))
+    parsers = [train_mod.build_parser(), *subcommands.choices.values()]
+    checked = [(option, stated, default) for parser in parsers for option, stated, default in
+               _literal_defaults(parser)]
+    assert {'--seeds', '--concurrent', '--inits', '--workers'} <= {option for option, _, _ in checked}, checked
+    for option, stated, default in checked:
+        assert stated == default, (option, stated, default)

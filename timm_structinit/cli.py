@@ -246,7 +246,7 @@ def run_parsed(args: argparse.Namespace) -> int:
         return status
     except KeyboardInterrupt as e:
         name = f' ({e.args[0]})' if isinstance(e, RunStopped) else ''
-        say(f'{PROG} {args.command}: interrupted{name}')
+        say(f'{PROG} {args.command}: interrupted{name}{getattr(e, "hint", "")}')  # what it left to finish
         return exit_status(e)
     except BrokenPipeError:
         say(f'{PROG} {args.command}: error: {output_closed()}')

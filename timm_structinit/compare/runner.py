@@ -5,11 +5,11 @@ left) shown as it goes, and a result written when it ends. One place starts, res
 
 A run is done when its folder holds `result.json`; a stopped run's folder holds the training command's
 `last.pth.tar`, and the next call resumes it with `--resume` (epochs are seeded, so the resumed run is the one that
-would have run); the seconds of its earlier parts are kept beside it (`elapsed.json`), so a run's time counts every
-part of it. With a deadline, a run starts only if the longest finished run (or, before any finished, the estimate
-given) would still end before it, and the runs under way at the deadline are stopped as Ctrl-C stops them, keeping
-their checkpoints. Ctrl-C or SIGTERM to the caller stops every run the same way. The progress shown off a terminal
-(a log file) is at most one line per run per epoch.
+would have run); a folder that holds a finished epoch's results is never removed; the seconds of its earlier parts
+are kept beside it (`elapsed.json`), so a run's time counts every part of it. With a deadline, a run starts only if
+the longest finished run (or, before any finished, the estimate given) would still end before it, and the runs under
+way at the deadline are stopped as Ctrl-C stops them, keeping their checkpoints. Ctrl-C or SIGTERM to the caller
+stops every run the same way. The progress shown off a terminal (a log file) is at most one line per run per epoch.
 """
 import json
 import os
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from ..utils.run_folder import holds_finished_epoch, resumable_checkpoint
 from .records import ELAPSED_FILE, RESULT_FILE, read_elapsed, write_elapsed
 
 __all__ = ['RunSpec', 'Outcome', 'run_all', 'is_done', 'read_summary', 'RESULT_FILE', 'ELAPSED_FILE']
@@ -75,21 +76,31 @@ class _Active:
     reader: Optional[threading.Thread] = None
 
 
+class KeptResults(RuntimeError):
+    """ A run's folder holds results of finished epochs that it cannot resume from: the run is not started. """
+
+
 def is_done(folder: Path) -> bool:
     return (folder / RESULT_FILE).is_file()
 
 
 def read_summary(path: Path) -> List[dict]:
-    import csv
-    with open(path, newline='') as f:
-        return [{k: float(v) for k, v in row.items() if v not in ('', None)} for row in csv.DictReader(f)]
+    """ The rows of a run's summary.csv, held to its schema (`SummaryRow`: an epoch, top-1 in [0, 100], finite
+    numbers), each value as a number; ConfigError naming the file, its line and the field otherwise. """
+    from ..utils.file_schema import SummaryRow, read_csv
+    rows = read_csv(path, SummaryRow, "the run's summary of its epochs is not what it wrote; delete the run's folder "
+                                      "to train it again, or start another --out")
+    return [{k: float(v) for k, v in row.model_dump(exclude_none=True).items()} for row in rows]
 
 
 def _start(spec: RunSpec, log_dir: Path) -> _Active:
     command = list(spec.command)
-    resumed = (spec.folder / 'last.pth.tar').is_file()
+    resumed = resumable_checkpoint(str(spec.folder)) is not None
     if resumed:
-        command += ['--resume', str(spec.folder)]
+        command += ['--resume', str(spec.folder)]  # its last.pth.tar, or its latest epoch's checkpoint
+    elif holds_finished_epoch(str(spec.folder)):  # a finished epoch's results, never removed
+        raise KeptResults(f'{spec.folder} holds the results of finished epochs but no checkpoint to resume them from; '
+                          f'move it elsewhere to train the run again')
     elif spec.folder.exists():  # stopped before its first epoch ended: nothing to resume
         shutil.rmtree(spec.folder)
     log = log_dir / f'{spec.name}.log'
@@ -101,6 +112,20 @@ def _start(spec: RunSpec, log_dir: Path) -> _Active:
     active = _Active(spec, process, resumed, time.time(), log, earlier, parts + 1, epoch_start=time.time())
     active.reader = threading.Thread(target=_read, args=(active,), daemon=True)
     active.reader.start()
+    return active
+
+
+def _start_or_fail(spec: RunSpec, log_dir: Optional[Path], outcome: Outcome, show) -> Optional[_Active]:
+    """ The run started (or resumed), said in a line; None, counted as failed, when its folder holds results it
+    cannot resume from. """
+    spec.folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        active = _start(spec, log_dir or spec.folder.parent)
+    except KeptResults as e:
+        outcome.failed[spec.name] = str(e)
+        show(f'[failed] {spec.name}: {e}')
+        return None
+    show(f'[{"resume" if active.resumed else "start"}] {spec.name}')
     return active
 
 
@@ -150,7 +175,7 @@ def _progress(active: List[_Active], pending: List[RunSpec], outcome: Outcome, t
 def _keep_elapsed(a: _Active) -> None:
     """ Record the run's seconds over all its parts so far beside its checkpoint, for the part that resumes it and
     for its result; a run with nothing to resume (stopped in its first epoch) keeps none. """
-    if (a.spec.folder / 'last.pth.tar').is_file():
+    if resumable_checkpoint(str(a.spec.folder)) is not None:
         write_elapsed(a.spec.folder / ELAPSED_FILE, a.earlier + time.time() - a.start, a.parts)
 
 
@@ -221,10 +246,8 @@ def run_all(specs: List[RunSpec], finish: Callable[[RunSpec, float, bool], dict]
                          f'limit, a run takes about {longest:.0f} s')
                     pending = []
                     break
-                spec = pending.pop(0)
-                spec.folder.parent.mkdir(parents=True, exist_ok=True)
-                active.append(_start(spec, log_dir or spec.folder.parent))
-                show(f'[{"resume" if active[-1].resumed else "start"}] {spec.name}')
+                started = _start_or_fail(pending.pop(0), log_dir, outcome, show)
+                active += [started] if started is not None else []
             for a in [a for a in active if a.process.poll() is not None]:
                 active.remove(a)
                 finishing = a

@@ -21,7 +21,8 @@ from ..utils.words import counted
 from .cores import CoreShare
 from .estimate import RunEstimate
 from .plan import Plan, folder_name, run_name
-from .records import ELAPSED_FILE, RESULT_FILE, SETTINGS_FILE, read_elapsed, read_result, read_results, read_settings
+from .records import (ELAPSED_FILE, RESULT_FILE, SETTINGS_FILE, check_result, read_elapsed, read_result, read_results,
+                      read_settings)
 from .report import result_record, test_split_line, write_report
 from .runner import RunSpec, read_summary, run_all
 
@@ -55,6 +56,7 @@ def _finish(arm_of: Dict[str, Any], device: Dict[str, Any]):
         parts = (read_elapsed(spec.folder / ELAPSED_FILE) or (seconds, 1))[1]
         result = result_record(arm.label, seed, rows, seconds, resumed, spec.command, device,
                                datetime.datetime.now().isoformat(timespec='seconds'), parts)
+        result = check_result(spec.folder / RESULT_FILE, result)  # what a later call reads back, held to it now
         with atomic_file(spec.folder / RESULT_FILE) as tmp:
             tmp.write_text(json.dumps(result, indent=1) + '\n')
         return result
@@ -75,8 +77,33 @@ def _header(settings: Dict[str, Any], results: List[dict]) -> List[str]:
 
 
 def _write(out: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """ The answer from every finished run in `out`; a stop while it is written says how to finish it (its files may
+    then be missing, or from before). """
     results = [r for r in read_results(out / 'runs', folder_name) if r['arm'] in settings['arms']]
-    return write_report(out, settings, settings['arms'], settings['reference'], results, _header(settings, results))
+    try:
+        return write_report(out, settings, settings['arms'], settings['reference'], results,
+                            _header(settings, results))
+    except KeyboardInterrupt as e:
+        e.hint = (f' while writing the answer in {out} (results.json, results.md and curves.png may be missing or '
+                  f'from before); finish it with: {PROG} --out {shlex.quote(str(out))} --report')
+        raise
+
+
+def partial(out: Path, settings: Dict[str, Any]) -> List[str]:
+    """ What a folder's comparison lacks, in words: each arm without a finished run, each arm with fewer finished
+    seeds than another, each run begun and not finished; [] when it is whole. """
+    results = [r for r in read_results(out / 'runs', folder_name) if r['arm'] in settings['arms']]
+    seeds = {arm: sorted(r['seed'] for r in results if r['arm'] == arm) for arm in settings['arms']}
+    most = max(len(s) for s in seeds.values())
+    lacking = [f'no finished run of {", ".join(a for a, s in seeds.items() if not s)}'] \
+        if any(not s for s in seeds.values()) else []
+    fewer = [f'{a} {len(s)}' for a, s in seeds.items() if 0 < len(s) < most]
+    if fewer:
+        lacking.append(f'fewer seeds than {most} in {", ".join(fewer)}')
+    begun = sorted(p.name for p in (out / 'runs').glob('*') if p.is_dir() and not (p / RESULT_FILE).exists())
+    if begun:
+        lacking.append(f'runs begun and not finished: {", ".join(begun)}')
+    return lacking
 
 
 
@@ -101,6 +128,12 @@ def report_only(out: Path) -> int:
         raise ConfigError(f'--report: {out} holds no comparison ({out / SETTINGS_FILE} is missing); train one there '
                           f'first')
     _print_answer(out, _write(out, settings))
+    lacking = partial(out, settings)
+    if lacking:
+        print(f'{PROG}: the comparison in {out} is partial ({"; ".join(lacking)}): the answer compares the runs '
+              f'finished so far; the compare command that made it trains the rest (exit status {UNFINISHED})',
+              file=sys.stderr)
+        return UNFINISHED
     return 0
 
 

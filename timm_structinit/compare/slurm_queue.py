@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List
 
 from ..errors import ConfigError
 from ..utils.atomic import atomic_file
+from ..utils.file_schema import SlurmJobs, read_json
 
 __all__ = ['JOBS_FOLDER', 'JOBS_FILE', 'JobState', 'GONE', 'SlurmUnavailable', 'read_jobs', 'write_jobs', 'submit_job',
            'job_states', 'refuse_jobs_running', 'sbatch_refusal']
@@ -45,8 +46,8 @@ class SlurmUnavailable(RuntimeError):
 
 
 def _jobs_fix(path: Path) -> str:
-    return (f'put back the file compare wrote, or delete it once none of its jobs is queued or running (squeue --me): '
-            f'without it, a rerun submits every unfinished run again')
+    return ('put back the file compare wrote, or delete it once none of its jobs is queued or running (squeue --me): '
+            'without it, a rerun submits every unfinished run again')
 
 
 def read_jobs(folder: Path) -> Dict[str, List[str]]:
@@ -55,15 +56,7 @@ def read_jobs(folder: Path) -> Dict[str, List[str]]:
     path = folder / JOBS_FILE
     if not path.exists():
         return {}
-    try:
-        record = json.loads(path.read_text(encoding='utf-8'))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f'{path}: cannot be read ({getattr(e, "strerror", None) or e}); {_jobs_fix(path)}') from None
-    jobs = record.get('jobs') if isinstance(record, dict) else None
-    if not isinstance(jobs, dict) or not all(
-            isinstance(ids, list) and ids and all(isinstance(i, str) and i for i in ids) for ids in jobs.values()):
-        raise ConfigError(f'{path}: not a record of jobs ({{"jobs": {{"RUN": ["JOB ID", ...]}}}}); {_jobs_fix(path)}')
-    return jobs
+    return read_json(path, SlurmJobs, _jobs_fix(path)).jobs
 
 
 def write_jobs(folder: Path, jobs: Dict[str, List[str]]) -> None:

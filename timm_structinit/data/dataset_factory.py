@@ -71,22 +71,43 @@ def check_dataset_name(name: str) -> str:
         + ', '.join(f'torch/{n}' for n in TORCH_DATASETS) + ', svhn, sklearn/digits, hfds/<name>')
 
 
+def _per_class(sizes: List[int], num_samples: int, fill: bool) -> List[int]:
+    """ Samples per class of `sizes` samples each: `num_samples // num_classes`, the remainder one each to the first
+    classes; with `fill`, a class holding fewer than that gives all it holds, and the other classes share what it
+    lacks in the same way (a class holding enough gets what it would get without `fill`, where none is short). """
+    counts, classes = [0] * len(sizes), list(range(len(sizes)))
+    while classes:
+        share = [num_samples // len(classes) + int(i < num_samples % len(classes)) for i in range(len(classes))]
+        short = [c for c, n in zip(classes, share) if sizes[c] < n] if fill else []
+        if not short:
+            for c, n in zip(classes, share):
+                counts[c] = n
+            break
+        for c in short:
+            counts[c] = sizes[c]
+        num_samples -= sum(sizes[c] for c in short)
+        classes = [c for c in classes if c not in short]
+    return counts
+
+
 class ClassBalancedSubset(Dataset):
     """ A deterministic subset with (nearly) the same number of samples per class.
 
     `num_samples // num_classes` per class, the remainder going one each to the first classes; samples are drawn
-    without replacement by a generator seeded with `seed`, and kept in the dataset's original order. The wrapped
+    without replacement by a generator seeded with `seed`, and kept in the dataset's original order. A class holding
+    fewer than its share is refused, or with `fill` gives all it holds, the others making up the count. The wrapped
     dataset's `transform` is shared, so timm's loader factory can set it on the subset.
     """
 
-    def __init__(self, dataset: Dataset, num_samples: int, seed: int = 0, flag: str = '--train-subset') -> None:
+    def __init__(self, dataset: Dataset, num_samples: int, seed: int = 0, flag: str = '--train-subset',
+                 fill: bool = False) -> None:
         targets = np.asarray(dataset_targets(dataset))
         if not 0 < num_samples:
             raise DataError(f'{flag} {num_samples} must be a positive number of samples')
         if num_samples > len(targets):
             raise DataError(f'{flag} {num_samples} is larger than the dataset ({len(targets)} samples)')
         classes = np.unique(targets)
-        per_class = [num_samples // len(classes) + int(i < num_samples % len(classes)) for i in range(len(classes))]
+        per_class = _per_class([int(np.count_nonzero(targets == cls)) for cls in classes], num_samples, fill)
         rng = np.random.default_rng(seed)
         chosen = []
         for cls, count in zip(classes, per_class):

@@ -146,21 +146,31 @@ class DeviceTrainTransform:
 
 
 class DeviceEvalTransform:
-    """ timm's evaluation transform on a batch: resize to input / crop_pct (the shorter side), crop the centre,
-    normalise. """
+    """ timm's evaluation transform on a batch: resize to input / crop_pct keeping the image's aspect ratio, crop the
+    centre, normalise; with `squash`, timm's training transform without augmentation (`--no-aug`): resize to the
+    input size itself, whatever the image's aspect ratio. """
 
     def __init__(self, input_size: Tuple[int, int, int], crop_pct: float, interpolation: str,
-                 mean: Sequence[float], std: Sequence[float], device: torch.device = torch.device('cpu')):
+                 mean: Sequence[float], std: Sequence[float], device: torch.device = torch.device('cpu'),
+                 squash: bool = False):
         self.size = tuple(input_size[1:])
-        self.crop_pct, self.bicubic = crop_pct, interpolation == 'bicubic'
+        self.crop_pct, self.bicubic, self.squash = crop_pct, interpolation == 'bicubic', squash
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
 
     def resized_size(self, height: int, width: int) -> Tuple[int, int]:
-        """ torchvision's Resize(int) of timm's eval transform: the shorter side to floor(size / crop_pct). """
-        if self.size[0] != self.size[1]:
-            return tuple(math.floor(s / self.crop_pct) for s in self.size)
-        short = math.floor(self.size[0] / self.crop_pct)
+        """ The size timm's transform resizes an image of `height` x `width` to before its centre crop:
+        `transforms_noaug_train`'s Resize((H, W)) with `squash`; else `transforms_imagenet_eval`'s, to the scale size
+        floor(size / crop_pct): for a square input torchvision's Resize(int) (the shorter side to it, the longer
+        truncated), for another timm's ResizeKeepRatio (the side that reaches its scale size last to it, both sides
+        rounded). """
+        if self.squash:
+            return self.size
+        scale = tuple(math.floor(s / self.crop_pct) for s in self.size)
+        if scale[0] != scale[1]:
+            ratio = min(height / scale[0], width / scale[1])
+            return round(height / ratio), round(width / ratio)
+        short = scale[0]
         if width <= height:
             return int(short * height / width), short
         return short, int(short * width / height)

@@ -7,12 +7,13 @@ epoch) made a resumed run repeat the uninterrupted one, at the price of starting
 `EpochSeededDataset` seeds Python's, numpy's and torch's CPU generators from (seed, epoch, index) before each image's
 transform (and from (seed, epoch, index, copy) for the further copies of an image that repeated augmentation,
 `--aug-repeats`, reads in one epoch: `CopyNumberedRepeatAugSampler` numbers them, so that each copy gets a draw of
-its own, as timm's workers give it), `EpochSeededCollate` seeds them from (seed, epoch, first index) before the batch is collated (timm's
-`FastCollateMixup` draws there), and `seed_loader_order` gives the loader its own generators, so that the order of an
-epoch comes from (seed, epoch) and creating an iterator draws nothing from the process's generators (a persistent
-loader creates one iterator, a fresh one an iterator per epoch): the batches are then the same whatever `--workers`
-says, in every epoch, and the workers can stay (`persistent_workers`). In the main process (`--workers 0`) the generators' states are put back
-after each use, so the rest of the run draws as it would without the loader.
+its own, as timm's workers give it), `EpochSeededCollate` seeds them from (seed, epoch, first index) before the
+batch is collated (timm's `FastCollateMixup` draws there, and goes off at `--mixup-off-epoch` in every worker), and
+`seed_loader_order` gives the loader its own generators, so that the order of an epoch comes from (seed, epoch) and
+creating an iterator draws nothing from the process's generators (a persistent loader creates one iterator, a fresh
+one an iterator per epoch): the batches are then the same whatever `--workers` says, in every epoch, and the workers
+can stay (`persistent_workers`). In the main process (`--workers 0`) the generators' states are put back after each
+use, so the rest of the run draws as it would without the loader.
 """
 import math
 import multiprocessing
@@ -112,12 +113,17 @@ class EpochSeededDataset(Dataset):
 
 class EpochSeededCollate:
     """ A collate of `EpochSeededDataset` items: the indices dropped, the inner collate (timm's `fast_collate`,
-    `FastCollateMixup` or torch's default) run under the seed of (seed, epoch, the batch's first index). """
+    `FastCollateMixup` or torch's default) run under the seed of (seed, epoch, the batch's first index). From epoch
+    `mixup_off_epoch` on (when > 0), a mixing collate mixes no more (`--mixup-off-epoch`): each worker holds its own
+    copy of the collate, which the main process's `mixup_enabled = False` does not reach, and the epoch does. """
 
-    def __init__(self, collate: Callable[[List[Any]], Any], dataset: EpochSeededDataset):
-        self.collate, self.dataset = collate, dataset
+    def __init__(self, collate: Callable[[List[Any]], Any], dataset: EpochSeededDataset, mixup_off_epoch: int = 0):
+        self.collate, self.dataset, self.mixup_off_epoch = collate, dataset, mixup_off_epoch
 
     def __call__(self, items: Sequence[Any]) -> Any:
+        mixes = getattr(self.collate, 'mixup_enabled', False)
+        if mixes and self.mixup_off_epoch and self.dataset.epoch >= self.mixup_off_epoch:
+            self.collate.mixup_enabled = False
         seed = item_seed(self.dataset.seed ^ _COLLATE, self.dataset.epoch, items[0][2])
         with _seeded(seed):
             return self.collate([item[:2] for item in items])

@@ -33,7 +33,9 @@ class TargetMassTracker:
 
     def __init__(self, dataset_eval, loader_kwargs: Dict, output_dir: str, start_epoch: int = 0) -> None:
         count = min(MASS_IMAGES, len(dataset_eval))
-        fixed = ClassBalancedSubset(dataset_eval, count, seed=0, flag='target-mass batch')
+        # an evaluation split whose small classes hold fewer than their share gives them all they hold (the batch
+        # is a diagnostic: it measures, where a --val-subset refuses)
+        fixed = ClassBalancedSubset(dataset_eval, count, seed=0, flag='target-mass batch', fill=True)
         # read once, in this process: a worker for 64 images is only one more process for a stop signal to reach
         loader = create_loader(fixed, batch_size=count, is_training=False,
                                **{**loader_kwargs, 'distributed': False, 'num_workers': 0})
@@ -93,10 +95,11 @@ def _layer_masses(model: nn.Module, images) -> List[float]:
 
 
 def _read_rows(path: str) -> List[Dict[str, float]]:
+    """ The rows of `target_mass.csv`, held to its schema (`TargetMassRow`; a resumed run's checks read it first). """
     if not os.path.exists(path):
         return []
-    with open(path, newline='') as f:
-        return [{k: (int(v) if k == 'epoch' else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    from ..utils.file_schema import TargetMassRow, read_csv
+    return [row.model_dump() for row in read_csv(path, TargetMassRow, 'delete it: the tracking then starts again')]
 
 
 def mass_columns(row: Optional[Dict[str, float]]) -> Dict[str, float]:

@@ -81,11 +81,12 @@ zero) along -precond * g; a
         s, y = trial - z, g_trial - g
         sy = (s * y).sum(-1)
         curved = accepted & (sy > 1e-10 * s.norm(dim=-1) * y.norm(dim=-1))
-        keep = curved[:, None].to(z.dtype)
         newest = step % history  # order[0]: the oldest slot takes the new pair
-        torch.mul(s, keep, out=pairs_s[:, newest])
-        torch.mul(y, keep, out=pairs_y[:, newest])
-        weight[:, newest] = keep[:, 0] / torch.where(curved, sy, 1.0)
+        # a pair left out is zeros, not the pair times 0: a refused step's gradient may be NaN or infinite, and
+        # NaN * 0 would poison every later direction of its row
+        pairs_s[:, newest] = torch.where(curved[:, None], s, 0.0)
+        pairs_y[:, newest] = torch.where(curved[:, None], y, 0.0)
+        weight[:, newest] = curved.to(z.dtype) / torch.where(curved, sy, 1.0)
         gamma = torch.where(curved, sy / (y * y * scale).sum(-1).clamp_min(tiny), gamma)
         # a rejected step is retried shorter: the minimum of the quadratic through f(0), f'(0) and f(alpha)
         curvature = (f_trial - f - alpha * slope).clamp_min(tiny)

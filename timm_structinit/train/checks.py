@@ -380,6 +380,7 @@ def _check_files(args: argparse.Namespace) -> None:
         path = resume_path(args.resume)
         _check(not os.path.isdir(args.resume) or os.path.isfile(path),
                f'--resume {args.resume!r}: nothing to resume, {os.path.abspath(args.resume)} holds no last.pth.tar '
+               f'or checkpoint-N.pth.tar '
                f'(no epoch of that run finished); start it again without --resume (with --overwrite to reuse '
                f'that folder)')
         _check(os.path.isfile(path), f'--resume {args.resume!r}: no checkpoint at {os.path.abspath(path)}')

@@ -100,6 +100,11 @@ def _config_value(parser: argparse.ArgumentParser, action: argparse.Action, key:
         many = action.nargs is not None
         if isinstance(value, dict) or many != isinstance(value, (list, tuple)):
             raise bad('expected a list' if many else 'expected a single value')
+        if many and not value:  # what args.yaml writes for a list option left empty (--wandb-tags)
+            if action.default == []:
+                return []
+            raise bad('expected at least one value; leave the key out for the default'
+                      + (f' {action.default!r}' if action.default is not None else ''))
         option = max(action.option_strings, key=len)
         tokens = [option, *map(text, value)] if many else [f'{option}={text(value)}']
         try:

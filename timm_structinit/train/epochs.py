@@ -13,8 +13,9 @@ import torch.nn as nn
 from timm.utils import CheckpointSaver, ModelEmaV3, unwrap_model, update_summary
 
 from ..diagnostics.mass_tracking import TargetMassTracker, mass_columns
-from .failures import RunStopped, posted_failure
+from .failures import RunStopped, posted_failure, stops_held
 from .loop import mean_lr, seed_epoch, train_one_epoch, validate
+from ..utils.run_folder import holds_finished_epoch, resumable_checkpoint
 from .output import plot_summary, writing_output
 
 __all__ = ['Run', 'run_epochs', 'finish_run', 'updates_in']
@@ -123,7 +124,9 @@ def _save_epoch(run: Run, epoch: int, train_metrics: Dict[str, float], eval_metr
     """ Summary row, checkpoint, the epoch's line and, with --plot, the figures. """
     out = run.output_dir
     summary_csv = os.path.join(out, 'summary.csv')
-    with writing_output(out):
+    # the epoch's row and checkpoint written whole: a stop meanwhile is raised once both are (timm's saver deletes
+    # last.pth.tar before it renames the new one into place; stopped in between, the run would keep no checkpoint)
+    with writing_output(out), stops_held():
         mass = run.tracker.measure(unwrap_model(run.model), epoch + 1) if run.tracker is not None else None
         update_summary(epoch, train_metrics, {**{k: v for k, v in eval_metrics.items() if k != 'count'},
                                               **mass_columns(mass)}, summary_csv, lr=lr, log_wandb=run.args.log_wandb)
@@ -146,11 +149,14 @@ def _stopped(run: Run, epoch: int, interrupted: Optional[BaseException]) -> None
     if not run.primary or interrupted is None or (run.args.distributed and posted_failure(wait=1.0) is not None):
         return
     interrupted.reported = True
-    last = os.path.join(run.output_dir, 'last.pth.tar')
+    kept = resumable_checkpoint(run.output_dir)  # last.pth.tar, else the latest epoch's checkpoint-N.pth.tar
     signal_name = f' ({interrupted.args[0]})' if isinstance(interrupted, RunStopped) else ''
     where = f'interrupted{signal_name} in epoch {epoch + 1}/{run.num_epochs}'
-    if os.path.exists(last):
-        print(f'{where}; the last finished epoch is in {last} (continue with --resume {last})', file=sys.stderr)
+    if kept is not None:
+        print(f'{where}; the last finished epoch is in {kept} (continue with --resume {kept})', file=sys.stderr)
+    elif holds_finished_epoch(run.output_dir):
+        print(f'{where}; the results of its finished epochs are kept in {run.output_dir}, but no checkpoint to '
+              f'resume from', file=sys.stderr)
     elif run.args.resume:
         print(f'{where}, before it finished: nothing was kept; continue again with --resume {run.args.resume}',
               file=sys.stderr)

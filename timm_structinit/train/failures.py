@@ -5,10 +5,14 @@
   abandoned, the last finished epoch's checkpoint is kept, a new run that finished no epoch removes what it wrote, and
   the resume line is printed; the exit status is 128 + the signal's number. `--stop-signals` names the set
   (`STOP_SIGNALS` is the default; `stop_signal` reads one name).
+* A stop that comes while an epoch's results are written (its summary row, then its checkpoint: timm's CheckpointSaver
+  deletes last.pth.tar and then renames the new one into its place) is raised once they are written whole, so that a
+  stop never lands between the deletion and the rename, and the run resumes at the epoch just finished
+  (`stops_held`).
 * The data loader's workers take no part in a stop. A stop sent to the whole process group (Ctrl-C in a terminal,
   `timeout`, SLURM, a closing terminal) ends them silently, and torch's SIGCHLD handler, which would report each as a
   failed worker while the run is already ending, is set aside until the run returns. A stop that comes while the
-  loader forks its workers is raised once it is done (see `_stops_held`), and one that comes while the run stops is
+  loader forks its workers is raised once it is done (see `stops_held`), and one that comes while the run stops is
   the same stop, not raised again (torchrun under SLURM passes on the SIGTERM that SLURM sends every process).
 * In a distributed run, the process that fails posts its one-line error in the launcher's key-value store (the one
   `torchrun` serves at MASTER_ADDR:MASTER_PORT) and exits. torchrun then stops the others; the process of rank 0
@@ -30,7 +34,8 @@ from timm_structinit_cli.arg_types import STOP_SIGNALS, STOPPABLE, stop_signal
 from ..errors import RunStopped
 
 __all__ = [
-    'RunStopped', 'STOP_SIGNALS', 'STOPPABLE', 'stop_signal', 'stop_on_signals', 'quiet_worker_starts', 'post_failure',
+    'RunStopped', 'STOP_SIGNALS', 'STOPPABLE', 'stop_signal', 'stop_on_signals', 'stops_held', 'quiet_worker_starts',
+    'post_failure',
     'posted_failure', 'rank', 'world_size',
 ]
 
@@ -43,7 +48,7 @@ def _stop(signum: int) -> KeyboardInterrupt:
 
 
 class _Stops:
-    """ The process's stop state: while `depth` > 0 (inside `_stops_held`) a stop signal is recorded in `pending`
+    """ The process's stop state: while `depth` > 0 (inside `stops_held`) a stop signal is recorded in `pending`
     instead of raised; `sigchld` is SIGCHLD's handler from before a stop set the children aside; `signums` are the
     signals the run takes as a stop, which its loader workers end on quietly; `stopped`, a stop has been raised, and
     the stop signals that come after it are the same stop (torchrun passes on the SIGTERM that SLURM also sends each of
@@ -113,11 +118,13 @@ def stop_on_signals(signums: Sequence[Union[int, str]] = STOP_SIGNALS) -> Callab
 
 
 @contextmanager
-def _stops_held():
-    """ A stop signal that comes in the enclosed code is raised when it ends, not inside it. Python runs a fork's
-    at-fork hooks with the exceptions they raise swallowed ("Exception ignored in ... _releaseLock"), which would
-    lose the stop, and torch's loader iterator stopped half-made fails in its __del__ on attributes its __init__ did
-    not reach. (Blocking the signals would not do: another thread of the process may receive them.) """
+def stops_held():
+    """ A stop signal that comes in the enclosed code is raised when it ends, not inside it: around what must not be
+    left half-done. Python runs a fork's at-fork hooks with the exceptions they raise swallowed ("Exception ignored in
+    ... _releaseLock"), which would lose the stop, and torch's loader iterator stopped half-made fails in its __del__
+    on attributes its __init__ did not reach; an epoch's checkpoint stopped between timm's deletion of last.pth.tar
+    and its rename of the new one would leave no last.pth.tar at all. (Blocking the signals would not do: another
+    thread of the process may receive them.) """
     _Stops.depth += 1
     try:
         yield
@@ -169,10 +176,10 @@ class _QuietWorkerContext(ForkContext):
 
 
 def _quiet_start_class(loader_class: type) -> type:
-    """ `loader_class` whose iterator, which forks the workers, is made with the stops held (`_stops_held`): a stop
+    """ `loader_class` whose iterator, which forks the workers, is made with the stops held (`stops_held`): a stop
     that comes meanwhile is raised once the iterator is whole. """
     def __iter__(self):
-        with _stops_held():
+        with stops_held():
             return loader_class.__iter__(self)
     return type(f'QuietStart{loader_class.__name__}', (loader_class,), {'__iter__': __iter__})
 

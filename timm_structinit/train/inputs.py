@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..hub.probe import check_weights_source
 from ..models.registry import check_model_args
 from ..utils.command_line import error_line
+from ..utils.run_folder import resumable_checkpoint
 
 __all__ = ['RunInputs', 'read_inputs', 'read_checkpoint', 'resume_path', 'resume_file', 'in_chans',
            'model_factory_kwargs', 'checkpoint_state_dict', 'ema_state_dict', 'saved_args']
@@ -55,8 +56,11 @@ def model_factory_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def resume_path(resume: str) -> str:
-    """ The checkpoint `--resume` names: a file, or an output folder's last.pth.tar. """
-    return os.path.join(resume, 'last.pth.tar') if os.path.isdir(resume) else resume
+    """ The checkpoint `--resume` names: a file, or an output folder's checkpoint to resume from
+    (`resumable_checkpoint`; its last.pth.tar when it holds none). """
+    if not os.path.isdir(resume):
+        return resume
+    return resumable_checkpoint(resume) or os.path.join(resume, 'last.pth.tar')
 
 
 def resume_file(resume: str) -> str:

@@ -92,8 +92,8 @@ def _timm_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_trai
         seeded, batch_size=args.batch_size, is_training=True, no_aug=args.no_aug, re_prob=args.reprob,
         re_mode=args.remode, re_count=args.recount, re_split=args.resplit, train_crop_mode=args.train_crop_mode,
         scale=args.scale, ratio=args.ratio, hflip=args.hflip, vflip=args.vflip, color_jitter=args.color_jitter,
-        auto_augment=args.aa, interpolation=train_interpolation, collate_fn=EpochSeededCollate(inner, seeded),
-        num_aug_repeats=args.aug_repeats, persistent_workers=persistent,
+        auto_augment=args.aa, interpolation=train_interpolation, num_aug_repeats=args.aug_repeats,
+        collate_fn=EpochSeededCollate(inner, seeded, args.mixup_off_epoch), persistent_workers=persistent,
         **{k: v for k, v in eval_options.items() if k not in ('interpolation', 'crop_pct')})
     loader_eval = create_loader(
         dataset_eval, batch_size=args.validation_batch_size or args.batch_size, is_training=False,
@@ -125,9 +125,9 @@ def _device_loaders(args: argparse.Namespace, config: Dict[str, Any], dataset_tr
     # the transform and the batch mixed after (the erasing then reaches both images of a mix)
     erase_after_mix = mixup is not None and not args.no_prefetcher
     splits = 2 if args.resplit else 0
-    if args.no_aug:  # as timm's transforms_noaug_train: resize and centre crop, no crop_pct, no erasing
+    if args.no_aug:  # as timm's transforms_noaug_train: resize to the input size, no crop_pct, no erasing
         transform = DeviceEvalTransform(config['input_size'], 1.0, train_interpolation, config['mean'],
-                                        config['std'], device)
+                                        config['std'], device, squash=True)
     else:
         transform = DeviceTrainTransform(
             config['input_size'], args.scale, args.ratio, args.hflip, args.vflip, args.color_jitter, args.aa,

@@ -13,6 +13,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import ConfigError, OutputWriteError
 from ..utils.figures import epoch_axis, new_figure, save_figure
+from ..utils.run_folder import holds_finished_epoch, is_epoch_checkpoint
 from ..utils.write_failures import is_write_failure, path_too_long, write_failure_reason
 from .inputs import resume_file
 from .resume import continues_in_folder
@@ -59,7 +60,7 @@ def _remove_partial_checkpoints(folder: str, since: float) -> None:
     size = os.path.getsize(last) if os.path.exists(last) else None
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
         path = os.path.join(folder, name)
-        copy = name == 'model_best.pth.tar' or _is_epoch_checkpoint(name)
+        copy = name == 'model_best.pth.tar' or is_epoch_checkpoint(name)
         if name == 'tmp.pth.tar' or (copy and os.path.getmtime(path) >= since and os.path.getsize(path) != size):
             os.remove(path)
 
@@ -190,21 +191,19 @@ def first_missing(path: str) -> Optional[str]:
 def _run_files(path: str) -> List[str]:
     """ The files of `path` this entry point writes. """
     return [os.path.join(path, name) for name in os.listdir(path)
-            if name in _OUTPUT_FILES or _is_epoch_checkpoint(name)]
-
-
-def _is_epoch_checkpoint(name: str) -> bool:
-    """ A `checkpoint-N.pth.tar` of timm's CheckpointSaver. """
-    return name.startswith('checkpoint-') and name.endswith('.pth.tar')
+            if name in _OUTPUT_FILES or is_epoch_checkpoint(name)]
 
 
 def remove_unfinished_run(path: str, created: Optional[str]) -> None:
-    """ A new run that stopped before its first checkpoint: remove the files it wrote, and the folders it made (their
-    lock file with them, while the lock is still held: a run that opened it meanwhile finds it locked, not gone), then
-    release the lock. """
+    """ A new run that stopped before its first epoch finished: remove the files it wrote, and the folders it made
+    (their lock file with them, while the lock is still held: a run that opened it meanwhile finds it locked, not
+    gone), then release the lock. A folder that holds anything of a finished epoch (`holds_finished_epoch`) is left
+    whole. """
     if not os.path.isdir(path):
         return
     try:
+        if holds_finished_epoch(path):
+            return
         for file in _run_files(path):
             os.remove(file)
         _remove_empty_folders(path, created)

@@ -16,6 +16,7 @@ import torch
 from timm.models import clean_state_dict
 
 from ..errors import ConfigError
+from ..utils.file_schema import CheckpointBookkeeping, SummaryRow, TargetMassRow, check_value, read_csv
 from ..utils.words import counted
 from .build import check_checkpoint_fits
 from .inputs import resume_file, saved_args
@@ -77,6 +78,9 @@ def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool
         raise ConfigError(f'{flag} records epoch {epoch}, outside this run: it would start at epoch {start + 1} of '
                           f'{last_epoch}; valid: a checkpoint of epoch 0..{last_epoch - 1} (raise --epochs to '
                           f'continue past {last_epoch})')
+    check_value(flag, meta, CheckpointBookkeeping, 'it is not the bookkeeping a run writes into its checkpoints; '
+                'resume from another checkpoint of the run (checkpoint-N.pth.tar), or start from its weights with '
+                f'--initial-checkpoint {resume_file(args.resume)}')
     if model is not None:  # the weights fit the model this command builds: names and shapes
         check_checkpoint_fits(model, clean_state_dict(dict(state_dict)), '--resume', args.resume, args, meta)
     if not args.no_resume_opt:
@@ -86,7 +90,18 @@ def check_resume(args: argparse.Namespace, meta: Any, out: str, continuing: bool
                               f'({"; ".join(differences)}); pass the options it was trained with, or --no-resume-opt '
                               f'to start a new optimizer from the resumed weights')
     if continuing:
+        _check_run_files(out)
         _check_columns(args, os.path.join(out, 'summary.csv'))
+
+
+def _check_run_files(out: str) -> None:
+    """ The files of the run a resume continues, which it reads back and appends to, held to their schema
+    (`utils.file_schema`): its summary and, for an impulse run, its target mass per epoch. """
+    for name, row in (('summary.csv', SummaryRow), ('target_mass.csv', TargetMassRow)):
+        path = os.path.join(out, name)
+        if os.path.lexists(path):
+            read_csv(path, row, f'it is not what the run wrote: put back the file the run wrote, or delete it (it then '
+                                f'starts again at the resumed epoch) and resume again')
 
 
 def _expected_optimizer(args: argparse.Namespace, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -40,8 +40,9 @@ def _train(args: argparse.Namespace, inputs: RunInputs, device: torch.device) ->
     try:
         return _run_in(out, continuing, created, args, inputs, device)
     except BaseException:
-        # a new run that stopped before its first epoch finished leaves nothing behind (its folder included)
-        if primary and out is not None and not continuing and not os.path.exists(os.path.join(out, 'last.pth.tar')):
+        # a new run that stopped before its first epoch finished leaves nothing behind (its folder included); one
+        # that finished an epoch keeps all of it (`remove_unfinished_run` checks)
+        if primary and out is not None and not continuing:
             remove_unfinished_run(out, created)
         raise
     finally:

@@ -46,12 +46,18 @@ def write_refused(message: str, cause: BaseException) -> OSError:
 
 @contextmanager
 def atomic_file(target: Union[str, Path]) -> Iterator[Path]:
-    """ Yield a staging path next to `target`; when the block succeeds it replaces `target`, else it is removed. """
+    """ Yield a staging path next to `target`; when the block succeeds it replaces `target`, else it is removed. A
+    write refused on the staging path (or its rename) is raised as the same error naming `target`: the file the
+    user knows, not its staging name. """
     target = Path(target)
     staging = _sibling(target, 'tmp')
     try:
         yield staging
         os.replace(staging, target)
+    except OSError as e:
+        if e.errno is None or str(staging) not in (e.filename, e.filename2):
+            raise
+        raise OSError(e.errno, e.strerror, str(target)) from None  # OSError picks the subclass of its errno
     finally:
         if staging.exists():
             _remove(staging)
