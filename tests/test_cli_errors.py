@@ -209,7 +209,7 @@ def _run_capped(argv, limit: int) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_a_checkpoint_the_disk_refuses_is_one_line_and_leaves_nothing(tmp_path):
+def test_a_checkpoint_the_disk_refuses_is_one_line_and_leaves_nothing_half_written(tmp_path):
     data = image_folder(tmp_path / 'data')
     out = tmp_path / 'out'
     # args.yaml and summary.csv fit in 20 kB, the first checkpoint does not
@@ -218,7 +218,14 @@ def test_a_checkpoint_the_disk_refuses_is_one_line_and_leaves_nothing(tmp_path):
     assert proc.returncode == 1, proc.stderr
     line = one_error_line(proc.stderr)
     assert f'cannot write a checkpoint in the output folder {out / "full"}: ' in line, line
-    assert not out.exists()  # the first epoch never finished: the run's folders go too
+    # the first epoch's results (its summary row, written before its checkpoint, as timm's train.py does) are kept;
+    # nothing half-written is: no checkpoint, whole or partial, and no staging file
+    run = out / 'full'
+    rows = (run / 'summary.csv').read_text().splitlines()
+    assert len(rows) == 2 and rows[1].startswith('0,'), rows
+    from timm_structinit.train.output import LOCK_NAME  # the lock file a kept run folder keeps, as any run's
+    assert sorted(p.name for p in run.iterdir()) == sorted(['args.yaml', 'summary.csv', LOCK_NAME]), \
+        sorted(run.iterdir())
 
 
 def test_a_refused_save_keeps_the_last_whole_checkpoint_and_says_how_to_resume(tmp_path):

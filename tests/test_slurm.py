@@ -83,10 +83,10 @@ def _compare_lines(detach: bool):
             '--launcher slurm' in line and ('--detach' in line) == detach]
 
 
-def _wait(condition, seconds: float, what: str) -> None:
+def _wait(condition, seconds: float, what: str, shown=()) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
-        assert time.monotonic() < deadline, f'waited {seconds:.0f} s for {what}'
+        assert time.monotonic() < deadline, f'waited {seconds:.0f} s for {what}; shown:\n' + ''.join(shown)
         time.sleep(0.1)
 
 
@@ -135,17 +135,28 @@ def test_the_guides_comparison_runs_on_slurm_and_answers_as_a_local_one(cluster,
     assert collecting == shlex.join(['timm-structinit', *_command(collect, workdir, *SHRINK, *SLURM_SHRINK)[3:]])
     jobs = _jobs(out)
     assert sorted(jobs) == sorted(RUNS) and all(len(ids) == 1 for ids in jobs.values())
+    # the jobs wait until the collecting call has attached: on a busy machine a tiny job can end before that call
+    # has started, and the call then finds it done (held while queued, suspended while running; scontrol refuses
+    # the one that does not apply to a job's state)
+    ids = [job_ids[0] for job_ids in jobs.values()]
+    for action in ('hold', 'suspend'):
+        for job_id in ids:
+            subprocess.run(['scontrol', action, job_id], env=env, capture_output=True, timeout=60)
     watcher = subprocess.Popen([sys.executable, '-m', 'timm_structinit.cli', *shlex.split(collecting)[1:]],
                                cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     shown = []
     reader = threading.Thread(target=lambda: shown.extend(watcher.stdout), daemon=True)
     reader.start()
-    _wait(lambda: any(line.startswith('queued or running already plain_s0') for line in shown), 240, 'attaching')
+    _wait(lambda: any(line.startswith('queued or running already plain_s0') for line in shown), 240, 'attaching',
+          shown)
+    for action in ('release', 'resume'):
+        for job_id in ids:
+            subprocess.run(['scontrol', action, job_id], env=env, capture_output=True, timeout=60)
     subprocess.run(['scancel', jobs['plain_s1'][0]], env=env, check=True, timeout=60)  # cancelled by hand
     for run, line in (('plain_s0', requeue), ('mimetic_s0', signal_line)):  # SIGTERM, SLURM requeues the job; the
         # time limit's signal, submitit requeues it
         _wait(lambda: any(s.startswith(f'[running] {run}') for s in shown) and _epochs_logged(out, run) >= 1, 240,
-              f'the first epoch of {run}')
+              f'the first epoch of {run}', shown)
         _slurm(line, jobs[run][0], env)
     watcher.wait(timeout=400)
     reader.join(timeout=30)
