@@ -267,3 +267,21 @@ def test_too_many_heads_for_distinct():
     model = timm.create_model('vit_tiny_patch2_32_impulse3', depth=1, num_heads=12,
                               struct_init_kwargs=dict(offsets='random'))
     assert len(model.struct_init_record['offsets'][0]) == 12
+
+
+@pytest.mark.parametrize('kernel_size', [3, 5])
+def test_distinct_offsets_build_up_to_the_window_and_refuse_past_it(kernel_size):
+    """ offsets='distinct' draws each layer's heads without replacement from the f x f window: every head count up to
+    f**2 builds (f**2 heads use every offset once), one more is refused before any work. """
+    window = set(window_offsets(kernel_size))
+    full = kernel_size ** 2
+    for heads in (full - 1, full):
+        model = timm.create_model('vit_tiny_patch2_32_impulse3', depth=1, num_heads=heads, embed_dim=16 * heads,
+                                  struct_init_kwargs=dict(kernel_size=kernel_size))
+        layer = {tuple(o) for o in model.struct_init_record['offsets'][0]}
+        assert len(layer) == heads and layer <= window
+        if heads == full:
+            assert layer == window
+    with pytest.raises(ValueError, match=f'num_heads={full + 1} with kernel_size={kernel_size}'):
+        timm.create_model('vit_tiny_patch2_32_impulse3', depth=1, num_heads=full + 1, embed_dim=16 * (full + 1),
+                          struct_init_kwargs=dict(kernel_size=kernel_size))
