@@ -620,7 +620,8 @@ def main(argv=None) -> int:
         if mutation not in chosen:
             block = [line for line in earlier.get(mutation.name, [f'{mutation.name}: {mutation.what}', '  NOT RUN'])
                      if not line.startswith('    cannot change behaviour: ')]
-            block = [block[0], block[1] + ' [earlier run]', *block[2:]]
+            if not block[1].endswith(' [earlier run]'):  # a result merged before keeps its one mark
+                block = [block[0], block[1] + ' [earlier run]', *block[2:]]
             verdicts[mutation.name] = block[1].split()[0]
         else:
             verdict, failed, seconds = run_mutation(mutation, args.timeout, tests, args.workers)

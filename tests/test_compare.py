@@ -145,13 +145,23 @@ def _compare(argv, capsys):
     return code, out, err
 
 
+# the tiny comparison the slow tests below share: the digits recipe (16 px images, patch 2) with a model shrunk by
+# --model-kwargs, a subset of the data and one epoch; two runs at a time, each with 4 loader processes asked for
+SHARED = ['-c', 'digits', '--epochs', '1', '--train-subset', '96', '--val-subset', '48', '--warmup-epochs', '0',
+          '-b', '32', '--lr', '2e-3', '--device', 'cpu', '-j', '4', '--model-kwargs', 'embed_dim=16', 'depth=1',
+          'num_heads=2']
+SHARED_RUNS = ['--inits', 'plain', 'mimetic', '--seeds', '2', '--concurrent', '2']
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+PER_RUN = max(1, CORES // 2)  # each of two runs side by side
+
+
 @pytest.fixture(scope='module')
 def tiny_comparison(tmp_path_factory):
-    """ Two inits x two seeds x one epoch on the digits, two runs at a time. """
+    """ Two inits x two seeds x one epoch on the digits, two runs at a time, each choosing its own threads. """
     out = tmp_path_factory.mktemp('compare') / 'cmp'
-    cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--inits', 'plain', 'mimetic',
-           '--seeds', '2', '--concurrent', '2', *TINY]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), *SHARED_RUNS, *SHARED]
+    env = {k: v for k, v in os.environ.items() if k != 'OMP_NUM_THREADS'}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     return out, done
 
 
@@ -171,15 +181,32 @@ def test_a_tiny_comparison_writes_the_answer(tiny_comparison):
     assert (out / 'curves.png').stat().st_size > 1000
     for r in answer['runs']:
         assert r['device'].startswith('CPU') and r['torch'] and r['seconds'] > 0 and r['epochs'] == 1
-        assert r['threads'] == [1]  # two runs at a time on their share of the cores (one each on 2 cores)
+        assert r['threads'] == [PER_RUN]  # two runs at a time, each on its share of the cores
+
+
+@pytest.mark.slow
+def test_the_header_names_the_model_the_runs_build_and_each_runs_share(tiny_comparison):
+    """ The digits recipe sizes the model (16 px, patch 2), --model-kwargs shrinks it further: the header names both,
+    and the share each of two runs gets; each run's loader processes are its share (`args.yaml`). """
+    out, done = tiny_comparison
+    assert done.returncode == 0, done.stdout + done.stderr
+    header = done.stdout.splitlines()[:3]
+    assert 'vit_tiny_patch2_32_gap_sincos' in header[0] and 'img_size=16' in header[0], header
+    assert 'patch_size=2' in header[0] and 'embed_dim=16' in header[0] and 'depth=1' in header[0], header
+    assert f'each on {PER_RUN} of the {CORES} cores ({PER_RUN} torch thread' in header[1], header
+    import yaml
+    for arm in ('plain', 'mimetic'):
+        for seed in (0, 1):
+            args = yaml.safe_load((out / 'runs' / f'{arm}_s{seed}' / 'args.yaml').read_text())
+            assert args['workers'] == (min(4, PER_RUN) if min(4, PER_RUN) < min(4, CORES) else 4)
+    assert 'model every run builds: `vit_tiny_patch2_32_gap_sincos img_size=16' in (out / 'results.md').read_text()
 
 
 @pytest.mark.slow
 def test_a_second_call_trains_nothing(tiny_comparison, capsys):
     out, _ = tiny_comparison
     before = {p: p.stat().st_mtime for p in (out / 'runs').glob('*/result.json')}
-    code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic', '--seeds', '2', '--concurrent', '2',
-                                  *TINY], capsys)
+    code, stdout, err = _compare(['--out', out, *SHARED_RUNS, *SHARED], capsys)
     assert code == 0, err
     assert '[start]' not in stdout and '[resume]' not in stdout
     assert {p: p.stat().st_mtime for p in (out / 'runs').glob('*/result.json')} == before
@@ -197,7 +224,7 @@ def test_report_alone_writes_the_answer_from_the_runs(tiny_comparison, capsys):
 @pytest.mark.slow
 def test_other_settings_in_the_same_folder_are_refused(tiny_comparison, capsys):
     out, _ = tiny_comparison
-    argv = ['--out', out, '--inits', 'plain', 'mimetic', *TINY]
+    argv = ['--out', out, *SHARED_RUNS, *SHARED]
     argv[argv.index('--epochs') + 1] = '2'
     code, stdout, err = _compare(argv, capsys)
     assert code == 2 and err.count('\n') == 1, err
@@ -447,10 +474,12 @@ def _random_label_folder(root):
 
 @pytest.mark.slow
 def test_a_comparison_on_random_labels_says_the_runs_did_not_learn(tmp_path):
+    """ Noise images under labels that say nothing of them: the runs cannot beat always answering the test split's
+    largest class beyond their spread, whatever their init (one arm of two seeds is judged as any arm is). """
     _random_label_folder(tmp_path / 'data')
     out = tmp_path / 'cmp'
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--data-dir',
-           str(tmp_path / 'data'), '--val-split', 'test', '--inits', 'plain', 'mimetic', '--epochs', '1', '-b', '16',
+           str(tmp_path / 'data'), '--val-split', 'test', '--inits', 'plain', '--epochs', '1', '-b', '16',
            '--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--device', 'cpu',
            '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--seeds', '2',
            '--concurrent', '2']
@@ -694,30 +723,6 @@ def test_off_a_terminal_progress_is_one_line_per_run_per_epoch_at_most(tmp_path)
     assert 1 <= len(progress) <= 6, shown
 
 
-@pytest.mark.slow
-def test_the_header_names_the_model_the_runs_build_and_each_runs_share(tmp_path):
-    """ The digits recipe sizes the model (16 px, patch 2), --model-kwargs shrinks it further: the header names both,
-    and the share each of two runs gets; each run's loader processes are its share (`args.yaml`). """
-    out = tmp_path / 'cmp'
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    per_run = max(1, cores // 2)
-    cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '-c', 'digits', '--inits',
-           'plain', '--seeds', '2', '--concurrent', '2', '--epochs', '1', '--train-subset', '96', '--val-subset',
-           '48', '--warmup-epochs', '0', '--device', 'cpu', '-j', '4', '--model-kwargs', 'embed_dim=16', 'depth=1',
-           'num_heads=2']
-    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    header = done.stdout.splitlines()[:3]
-    assert 'vit_tiny_patch2_32_gap_sincos' in header[0] and 'img_size=16' in header[0], header
-    assert 'patch_size=2' in header[0] and 'embed_dim=16' in header[0] and 'depth=1' in header[0], header
-    assert f'each on {per_run} of the {cores} cores ({per_run} torch thread' in header[1], header
-    import yaml
-    for seed in (0, 1):
-        args = yaml.safe_load((out / 'runs' / f'plain_s{seed}' / 'args.yaml').read_text())
-        assert args['workers'] == (min(4, per_run) if min(4, per_run) < min(4, cores) else 4)
-    assert 'model every run builds: `vit_tiny_patch2_32_gap_sincos img_size=16' in (out / 'results.md').read_text()
-
-
 # --- the files compare reads back ----------------------------------------------------------------------------------
 
 def _result(arm='plain', seed=0, **changes):
@@ -785,12 +790,11 @@ def test_the_same_settings_spelled_otherwise_are_the_same_comparison(tiny_compar
     """ The options in another order, `--lr=0.002` for `--lr 2e-3`, `--batch-size` for `-b`: the same comparison,
     which trains nothing more. """
     out, _ = tiny_comparison
-    respelled = ['--model-kwargs', 'patch_size=8', 'num_heads=2', 'depth=1', 'embed_dim=16', '--device', 'cpu',
-                 '--workers', '0', '--warmup-epochs', '0', '--lr=0.002', '--opt', 'adamw', '--batch-size', '32',
-                 '--epochs', '1', '--val-subset', '48', '--train-subset', '96', '--val-split', 'test', '--dataset',
-                 'sklearn/digits']
-    assert sorted(respelled) != sorted(TINY)
-    argv = ['--out', out, '--inits', 'plain', 'mimetic', '--seeds', '2', '--concurrent', '2', *respelled]
+    respelled = ['--model-kwargs', 'num_heads=2', 'depth=1', 'embed_dim=16', '--device', 'cpu', '--workers', '4',
+                 '--warmup-epochs', '0', '--lr=0.002', '--batch-size', '32', '--epochs', '1', '--val-subset', '48',
+                 '--train-subset', '96', '--config', 'digits']
+    assert sorted(respelled) != sorted(SHARED)
+    argv = ['--out', out, '--seeds', '2', '--inits', 'plain', 'mimetic', '--concurrent', '2', *respelled]
     code, stdout, err = _compare(argv, capsys)
     assert code == 0, err
     assert '[start]' not in stdout and '[resume]' not in stdout
@@ -800,6 +804,6 @@ def test_the_same_settings_spelled_otherwise_are_the_same_comparison(tiny_compar
 def test_an_arm_of_the_folder_under_another_name_is_refused(tiny_comparison, capsys):
     out, _ = tiny_comparison
     code, stdout, err = _compare(['--out', out, '--inits', 'plain', 'mimetic:', '--seeds', '2', '--concurrent', '2',
-                                  *TINY], capsys)
+                                  *SHARED], capsys)
     assert code == 2 and err.count('\n') == 1, err
     assert "--inits 'mimetic:' is the arm 'mimetic' of the runs in --out" in err, err

@@ -285,3 +285,20 @@ def test_distinct_offsets_build_up_to_the_window_and_refuse_past_it(kernel_size)
     with pytest.raises(ValueError, match=f'num_heads={full + 1} with kernel_size={kernel_size}'):
         timm.create_model('vit_tiny_patch2_32_impulse3', depth=1, num_heads=full + 1, embed_dim=16 * (full + 1),
                           struct_init_kwargs=dict(kernel_size=kernel_size))
+
+
+@pytest.mark.parametrize('name, kwargs', [
+    ('vit_tiny_patch2_32_gap_sincos', {}),  # the package's fixed sin-cos table: a buffer
+    ('vit_tiny_patch16_224', dict(img_size=32, patch_size=2)),  # timm's learned table and class token: a parameter
+])
+@pytest.mark.parametrize('init_kwargs', [dict(pos_embed_scale=18.0), {}])
+def test_an_init_that_fails_after_writing_leaves_every_tensor_as_it_was(name, kwargs, init_kwargs):
+    """ Heads of 4 channels cannot hold 9 impulse maps, which the init finds only after it has written them (the
+    position table too, scaled or replaced): the model comes back bit for bit, whatever kind of tensor its table is. """
+    model = timm.create_model(name, depth=1, num_heads=9, embed_dim=36, **kwargs)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    scale, record = getattr(model, 'pos_embed_scale', None), getattr(model, 'struct_init_record', None)
+    with pytest.raises(ValueError, match='does not hold'):
+        timm_structinit.apply_init(model, 'impulse', seed=0, **init_kwargs)
+    assert [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])] == []
+    assert getattr(model, 'pos_embed_scale', None) == scale and getattr(model, 'struct_init_record', None) == record
