@@ -604,17 +604,39 @@ def test_time_left_goes_by_the_finished_runs(tmp_path):
 
 @pytest.mark.slow
 def test_a_comparison_left_unfinished_has_its_own_exit_status(tmp_path):
-    """ A finished run took 25 s: under --time-limit 30, one more run fits at the start and none after it, so the
-    comparison ends with a run not started: exit status 3, said in its last line. """
+    """ A finished run took 115 s: under --time-limit 120, one more run fits at the start and none after it (a run
+    takes more than 5 s), so the comparison ends with a run not started: exit status 3, said in its last line. The
+    run that starts has 120 s to finish in, however busy the machine. """
     out = tmp_path / 'cmp'
-    _write_results(out, {'plain': [50.0]}, None, seconds=25.0)
+    _write_results(out, {'plain': [50.0]}, None, seconds=115.0)
     (out / 'compare.json').unlink()
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), *TINY, '--inits', 'plain',
-           'mimetic', 'impulse3', '--seeds', '1', '--time-limit', '30']
+           'mimetic', 'impulse3', '--seeds', '1', '--time-limit', '120']
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert done.returncode == 3, done.stdout + done.stderr
     assert 'runs not finished' in done.stderr and '(exit status 3)' in done.stderr
     assert (out / 'runs' / 'mimetic_s0' / 'result.json').is_file()  # what finished is kept
+
+
+@pytest.mark.parametrize('outcome, status', [
+    (dict(failed={'mimetic_s0': 'its line'}), 1),
+    (dict(failed={'mimetic_s0': 'its line'}, not_started=['impulse3_s0']), 1),
+    (dict(not_started=['mimetic_s0', 'impulse3_s0']), 3),
+    (dict(stopped=['mimetic_s0'], not_started=['impulse3_s0']), 3),
+])
+def test_the_exit_status_tells_a_failed_run_from_runs_left_unfinished(tmp_path, capsys, monkeypatch, outcome,
+                                                                       status):
+    """ docs/which_init.md: 1 when a run failed, 3 when the call ended with runs not finished and none failed. The
+    runs' outcome is given (no training); plain's finished run stands for the estimate. """
+    from timm_structinit.compare import session
+    from timm_structinit.compare.runner import Outcome
+    out = tmp_path / 'cmp'
+    _write_results(out, {'plain': [50.0]}, None, seconds=25.0)
+    (out / 'compare.json').unlink()
+    monkeypatch.setattr(session, 'run_all', lambda *args, **kwargs: Outcome(**outcome))
+    code, stdout, err = _compare(['--out', out, *TINY, '--inits', 'plain', 'mimetic', 'impulse3', '--seeds', '1'],
+                                 capsys)
+    assert code == status and err.rstrip().endswith(f'(exit status {status})'), err
 
 
 def test_a_resumed_runs_time_counts_every_part(tmp_path):
