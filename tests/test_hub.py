@@ -250,6 +250,20 @@ def test_export_trained_checkpoint(tmp_path):
     assert (result.dataset_type, result.dataset_split, result.metric_value) == ('uoft-cs/cifar10', 'validation', 61.25)
 
 
+def test_the_callers_model_kwargs_win_over_the_runs(tmp_path):
+    """ The run's architecture arguments are defaults: what the caller passes for the export replaces them (the
+    pooling, here with the same norm layer), what it leaves out is the run's. """
+    _trained_checkpoint(tmp_path / 'last.pth.tar', model_kwargs=dict(TINY, global_pool='token'))
+    folder = hub.export_model(MIMETIC, tmp_path / 'out', checkpoint=tmp_path / 'last.pth.tar',
+                              model_kwargs=dict(global_pool='avg', fc_norm=False))
+    config = json.loads((folder / 'config.json').read_text())
+    assert config['global_pool'] == config['model_args']['global_pool'] == 'avg'
+    assert {k: config['model_args'][k] for k in TINY} == TINY and config['model_args']['num_classes'] == 5
+    model = hub.build_model(MIMETIC, checkpoint=tmp_path / 'last.pth.tar',
+                            model_kwargs=dict(global_pool='avg', fc_norm=False))
+    assert model.global_pool == 'avg'
+
+
 def test_the_card_names_the_init_seed_a_run_started_from(tmp_path):
     """ A run whose init drew its seed from torch's generator records it with its arguments: the card names it and
     how it came, and the export builds that init again (its record); a seed fixed by model_kwargs is named as such. """
