@@ -223,6 +223,17 @@ def _trained_checkpoint(path: Path, ema: bool = False, **extra) -> Dict[str, tor
     return ckpt['state_dict_ema'] if ema else state
 
 
+def test_an_init_seed_in_model_kwargs_is_kept_beside_the_export_seed(tmp_path):
+    """ `--seed` seeds torch's generator and, unless the caller fixed it, the init's own; a struct_init_seed in
+    `--model-kwargs` is the caller's and is kept: the export is the model those two seeds define. """
+    folder = hub.export_model(MIMETIC, tmp_path / 'out', seed=3, model_kwargs=dict(TINY, struct_init_seed=11))
+    torch.manual_seed(3)
+    reference = timm.create_model(MIMETIC, struct_init_seed=11, **TINY)
+    assert _state_dicts_identical(_exported_weights(folder), reference.state_dict())
+    own = json.loads((folder / 'config.json').read_text())['timm_structinit']
+    assert own['seed'] == 3 and own['model_args']['struct_init_seed'] == 11 and own['struct_init']['seed'] == 11
+
+
 def test_export_trained_checkpoint(tmp_path):
     expected = _trained_checkpoint(tmp_path / 'last.pth.tar')
     # the architecture arguments come from the checkpoint's args (model_kwargs, num_classes)
