@@ -15,9 +15,9 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-__all__ = ['ClusterUnavailable', 'start_cluster', 'stop_cluster', 'free_port', 'PARTITION', 'DAEMONS']
+__all__ = ['ClusterUnavailable', 'why_not_here', 'start_cluster', 'stop_cluster', 'free_port', 'PARTITION', 'DAEMONS']
 
 PARTITION = 'gpu'  # the partition of the guide's cluster.yaml
 DAEMONS = ('munged', 'slurmctld', 'slurmd')
@@ -57,14 +57,23 @@ def _run(command: List[str], env: Dict[str, str], what: str) -> None:
         raise ClusterUnavailable(f'{what} did not start: {" ".join((done.stderr or done.stdout).split())[:300]}')
 
 
-def start_cluster(folder: Path) -> Dict[str, str]:
-    """ Start the cluster with its files in `folder`; the environment that reaches it. """
+def why_not_here() -> Optional[str]:
+    """ Why the cluster cannot start on this machine before anything is tried (not root, a package missing), or
+    None: it can be tried. """
     if os.geteuid() != 0:
-        raise ClusterUnavailable('the SLURM daemons of the tests run as root, and the tests do not')
+        return 'the SLURM daemons of the tests run as root, and the tests do not'
     missing = [tool for tool in (*DAEMONS, *TOOLS) if shutil.which(tool) is None]
     if missing:
-        raise ClusterUnavailable(f'{", ".join(missing)} not installed (apt-get install slurm-wlm munge; .ci/run does '
-                                 f'it where it runs as root with apt)')
+        return (f'{", ".join(missing)} not installed (apt-get install slurm-wlm munge; .ci/run does it where it runs '
+                f'as root with apt)')
+    return None
+
+
+def start_cluster(folder: Path) -> Dict[str, str]:
+    """ Start the cluster with its files in `folder`; the environment that reaches it. """
+    reason = why_not_here()
+    if reason:
+        raise ClusterUnavailable(reason)
     for sub in ('munge', 'state', 'spool', 'log'):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     (folder / 'munge').chmod(0o700)

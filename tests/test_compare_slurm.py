@@ -1,9 +1,9 @@
 """ `compare --launcher slurm` without a SLURM cluster: the options and their YAML file (the guide's own), each
 refusal in one line before any work (SLURM's own words through a stand-in `sbatch`), how squeue's and sacct's answers
-are read, the line of every way a job ends without its run's result, the display, and the jobs themselves through
-submitit's local executor (the same code as on SLURM: a run done, one stopped at its job's signal and requeued, one
-failing; submitting what is missing, never a run twice). tests/test_slurm.py runs the guide's commands on a real
-SLURM. """
+are read, the line of every way a job ends without its run's result, the display, and, on a machine where no real
+cluster can start, the jobs themselves through submitit's local executor (the same code as on SLURM: a run done, one
+stopped at its job's signal and requeued, one failing; submitting what is missing, never a run twice).
+tests/test_slurm.py runs the guide's commands on a real SLURM where it can start. """
 import dataclasses
 import os
 import re
@@ -25,6 +25,8 @@ from timm_structinit.compare.slurm_session import _ENDED, _failure, _submit_miss
 from timm_structinit.errors import ConfigError
 from timm_structinit_cli.slurm_options import SET_BY_COMPARE, sbatch_item, slurm_minutes
 from timm_structinit_cli.structinit_parser import parse
+
+from slurm_cluster import why_not_here
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ['--out', '{out}', '--dataset', 'sklearn/digits', '--epochs', '1', '--warmup-epochs', '0', '--model-kwargs',
@@ -354,6 +356,8 @@ def _wait_for(condition, seconds: float = 120) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(why_not_here() is None, reason='a real SLURM cluster can start here: tests/test_slurm.py submits, '
+                                                   'watches, requeues and fails jobs on it')
 def test_jobs_through_submitit_are_submitted_once_watched_requeued_at_their_signal_and_failed_in_one_line(tmp_path,
                                                                                                       capsys):
     """ Two runs as jobs of submitit's local executor (the code that runs on SLURM): a second call while they run
