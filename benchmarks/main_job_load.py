@@ -96,14 +96,17 @@ def main() -> None:
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO), env.get('PYTHONPATH', '')]))
     import timm
     import torch
+    import yaml
     commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, capture_output=True,
                             text=True).stdout.strip() or 'unknown'
+    recipe = yaml.safe_load((REPO / 'timm_structinit' / 'recipes' / 'digits.yaml').read_text())
+    shortened = f', shortened from {recipe["epochs"]} epochs' if args.epochs < recipe['epochs'] else ''
     report = Report([
         f'# command: python {shlex.join(sys.argv)}',
         f'# date: {datetime.now().isoformat(timespec="seconds")}; {platform.machine()}, {cores} usable cores; torch '
         f'{torch.__version__}, timm {timm.__version__}; package {commit}; load average at the start: '
         f'{load_average()}',
-        f'# timm-structinit-train -c digits --epochs {args.epochs} (the README\'s main job, shortened), a fresh '
+        f'# timm-structinit-train -c digits --epochs {args.epochs} (the README\'s main job{shortened}), a fresh '
         f'process per run, wall seconds from start to exit; busy: beside one `python -c "{BUSY_LOOP}"` started 1 s '
         f'before it; others: cores other programs used in the second before the run (* above {args.max_other})'])
     runs = {(v, b): [] for v in variants for b in (False, True)}

@@ -234,8 +234,8 @@ MUTATIONS = [
         (DATA_TESTS, '-k', 'torchvision_parts')),
     Mutation('subset-remainder-dropped', "--train-subset N keeps N // classes per class, fewer than N in all", (
         ('data/dataset_factory.py',
-         'per_class = [num_samples // len(classes) + int(i < num_samples % len(classes)) for i in range(len(classes))]',
-         'per_class = [num_samples // len(classes) for i in range(len(classes))]'),),
+         'share = [num_samples // len(classes) + int(i < num_samples % len(classes)) for i in range(len(classes))]',
+         'share = [num_samples // len(classes) for i in range(len(classes))]'),),
         (DATA_TESTS, '-k', 'subset_holds')),
     Mutation('subset-not-drawn', "a subset takes the first images of each class whatever --subset-seed says", (
         ('data/dataset_factory.py', 'chosen.append(rng.permutation(members)[:count])',
@@ -313,8 +313,8 @@ MUTATIONS = [
          'erase_after_mix = False'),),
         ('tests/test_erasing_order.py',)),
     Mutation('eval-crop-pct-inverted', "the device evaluation resizes to input * crop_pct, not input / crop_pct", (
-        ('data/device_transforms.py', 'short = math.floor(self.size[0] / self.crop_pct)',
-         'short = math.floor(self.size[0] * self.crop_pct)'),),
+        ('data/device_transforms.py', 'scale = tuple(math.floor(s / self.crop_pct) for s in self.size)',
+         'scale = tuple(math.floor(s * self.crop_pct) for s in self.size)'),),
         ('tests/test_batch_ops.py', '-k', 'eval_transform')),
     Mutation('device-eval-crop-pct-ignored', "the device loader evaluates with crop_pct 1 whatever --crop-pct says", (
         ('train/loaders.py', "evaluate = DeviceEvalTransform(config['input_size'], config['crop_pct'],",

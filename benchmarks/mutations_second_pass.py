@@ -52,8 +52,7 @@ MUTATIONS = [
        ('inits/mimetic.py', 'values, ritz = values.flip(-1), ritz.flip(-1)', 'values, ritz = values.flip(-1), ritz')),
     _m('p2-mimetic-qk-swapped',
        'mimetic writes the left factor as W_k and the right one as W_q, so W_q W_k^T is A^T instead of A',
-       ('inits/mimetic.py', 'write_qk_(attn, wq[i].to(dtype), wk[i].to(dtype))',
-        'write_qk_(attn, wk[i].to(dtype), wq[i].to(dtype))')),
+       ('inits/mimetic.py', 'layout.write_qk_(wq[i], wk[i])', 'layout.write_qk_(wk[i], wq[i])')),
     _m('p2-canonical-balance-axis',
        "balance_ takes each factor's scale from the row norms of U S instead of its column norms",
        ('inits/canonical.py', 'root = us.norm(dim=-2, keepdim=True).sqrt()',
@@ -64,7 +63,9 @@ MUTATIONS = [
        ('inits/canonical.py', 'runs.append((start, i + 1))', 'runs.append((start, i))')),
     _m('p2-heads-proj-untransposed',
        'write_vproj_ copies W_proj into proj.weight without the transpose, so the value path computes W_v W_proj^T',
-       ('inits/heads.py', 'attn.proj.weight.copy_(wproj.T)', 'attn.proj.weight.copy_(wproj)')),
+       # W_proj is now written through the attention layout (inits/layouts.py): the same bug there
+       ('inits/layouts.py', 'values = values.T.to(weight.device, torch.float32)',
+        'values = values.to(weight.device, torch.float32)')),
     # ---- init math: impulse targets, maps and solvers
     _m('p2-impulse-target-offset-sign',
        'an impulse target sends query (r, c) to key (r - dy, c - dx): the offset drawn is not the one applied',
@@ -81,11 +82,14 @@ MUTATIONS = [
         "cfg.offsets == 'distinct' and heads >= cfg.kernel_size ** 2")),
     _m('p2-impulse-prefix-rows-inverted',
        "the 'pos_embed' pseudo input drops the class-token rows only for models with no_embed_class (inverted)",
-       ('inits/impulse.py', "if not getattr(model, 'no_embed_class', False):",
-        "if getattr(model, 'no_embed_class', False):")),
+       # the prefix rows are now found in inits/impulse_inputs.py: the same inversion there
+       ('inits/impulse_inputs.py',
+        "if getattr(model, 'no_embed_class', False) or table.shape[1] == model.patch_embed.num_patches:",
+        "if not getattr(model, 'no_embed_class', False) or table.shape[1] == model.patch_embed.num_patches:")),
     _m('p2-impulse-first-layer-everywhere',
        'every layer is written with the first layer\'s solve although share_layers is False',
-       ('inits/impulse.py', 'src = 0 if cfg.share_layers else i', 'src = 0')),
+       ('inits/impulse.py', 'layout.write_qk_(wq[0 if cfg.share_layers else i], wk[0 if cfg.share_layers else i])',
+        'layout.write_qk_(wq[0], wk[0])')),
     _m('p2-impulse-start-bound',
        "the authors' uniform start is drawn on +-sqrt(1/k) instead of +-sqrt(1/(k h)), which also moves the norm cap",
        ('inits/impulse_maps.py', 'bound = math.sqrt(1.0 / (head_dim * num_heads))',
@@ -115,8 +119,9 @@ MUTATIONS = [
     _m('p2-swin-bias-area',
        'the bias for target_mass m counts the n window tokens instead of the n - 1 others: the share on the target '
        'is above m',
-       ('inits/swin.py', 'math.log(cfg.target_mass * (area - 1) / (1 - cfg.target_mass))',
-        'math.log(cfg.target_mass * area / (1 - cfg.target_mass))')),
+       # the bias is now written for Swin and the relative-position ViTs alike (inits/position_bias.py)
+       ('inits/position_bias.py', 'math.log(cfg.target_mass * (keys - 1) / (1 - cfg.target_mass))',
+        'math.log(cfg.target_mass * keys / (1 - cfg.target_mass))')),
     _m('p2-mixer-exact-boundary',
        'a Mixer with exactly 2N token-mixing units (mixer_s4_32: 256 for 64 tokens) takes the approximate shift',
        ('inits/mixer.py', 'exact = hidden >= 2 * n', 'exact = hidden > 2 * n')),
@@ -423,8 +428,9 @@ MUTATIONS = [
        ('diagnostics/family_maps.py', 'maps.abs().sum(-1, keepdim=True)', 'maps.abs().sum(-2, keepdim=True)')),
     _m('p2-attention-hook-qk-swapped',
        "the image attention maps are recomputed with q and k swapped (each map transposed before its softmax)",
-       ('diagnostics/attention.py', 'q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)',
-        'q, k = qkv[:, :, 1].transpose(1, 2), qkv[:, :, 0].transpose(1, 2)')),
+       # the maps are now read where the model computes them (inits/model_maps.py): the same bug written there
+       ('inits/model_maps.py', 'logits = (q.float() @ k.float().transpose(-1, -2)) * scale',
+        'logits = (k.float() @ q.float().transpose(-1, -2)) * scale')),
     # ---- utilities
     _m('p2-stale-staging-live',
        'remove_stale_staging removes the staging folders of writers still running and keeps those of killed ones',
