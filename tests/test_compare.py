@@ -288,7 +288,7 @@ def test_a_dataset_of_one_class_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_stopped_comparison_resumes(tmp_path):
+def test_a_stopped_comparison_resumes(tmp_path, capsys):
     out = tmp_path / 'cmp'
     argv = [*TINY, '--epochs', '3', '--inits', 'plain', '--seeds', '1']
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), *argv]
@@ -303,10 +303,11 @@ def test_a_stopped_comparison_resumes(tmp_path):
     # the line keeps the thread count the runs were started with: pasted, it trains them as before
     assert f'continue with: OMP_NUM_THREADS=1 timm-structinit compare --out {out}' in err and 'Traceback' not in err
     assert not (out / 'runs' / 'plain_s0' / 'result.json').exists()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert '[resume] plain_s0' in done.stdout
-    assert done.stdout.startswith('1 run (1 arm x 1 seed) of '), done.stdout  # no "1 runs", "1 seeds"
+    assert os.environ['OMP_NUM_THREADS'] == ENV['OMP_NUM_THREADS']  # the same command, continued here
+    code, stdout, err = _compare(['--out', out, *argv], capsys)
+    assert code == 0, stdout + err
+    assert '[resume] plain_s0' in stdout
+    assert stdout.startswith('1 run (1 arm x 1 seed) of '), stdout  # no "1 runs", "1 seeds"
     assert json.loads((out / 'runs' / 'plain_s0' / 'result.json').read_text())['epochs'] == 3
 
 
@@ -481,8 +482,7 @@ def test_a_comparison_on_random_labels_says_the_runs_did_not_learn(tmp_path):
     cmd = [sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(out), '--data-dir',
            str(tmp_path / 'data'), '--val-split', 'test', '--inits', 'plain', '--epochs', '1', '-b', '16',
            '--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--device', 'cpu',
-           '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--seeds', '2',
-           '--concurrent', '2']
+           '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2', 'patch_size=8', '--seeds', '2']
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads((out / 'results.json').read_text())
@@ -491,11 +491,20 @@ def test_a_comparison_on_random_labels_says_the_runs_did_not_learn(tmp_path):
     assert 'majority class 60.00%' in done.stdout and 'chance 33.33%' in done.stdout
 
 
+def _finished_run(out):
+    """ A comparison folder holding one finished run of plain (60 s) and no settings yet: a call takes its settings
+    as new, and holds --time-limit against that run's time instead of making an estimate. """
+    _write_results(out, {'plain': [50.0]}, None)
+    (out / 'compare.json').unlink()
+
+
 def test_a_warning_of_the_checks_names_the_command_the_user_ran(tmp_path, capsys):
-    """ compare checks each run's options with the training command's own checks: their warning is compare's. """
+    """ compare checks each run's options with the training command's own checks: their warning is compare's. (A
+    finished run of 60 s ends the call at --time-limit, after the checks and without an estimate.) """
+    _finished_run(tmp_path / 'cmp')
     code, stdout, err = _compare(['--out', tmp_path / 'cmp', *TINY, '--warmup-epochs', '3', '--inits', 'plain',
                                   '--time-limit', '0.001'], capsys)
-    assert code == 2, err
+    assert code == 2 and 'finished runs took 60 s, so no run would fit' in err, err
     assert 'timm-structinit compare: warning: --warmup-epochs 3 is not shorter than --epochs 1' in err, err
     assert 'timm-structinit-train:' not in err
 
@@ -507,13 +516,14 @@ def test_a_logged_warning_names_the_command_the_user_ran(tmp_path):
     from train_command import two_class_folder
     data = two_class_folder(tmp_path / 'data', 4, 16)
     (data / 'train' / 'cat' / 'extra.gif').write_bytes(b'GIF89a')
+    _finished_run(tmp_path / 'cmp')  # ends compare at --time-limit once its checks have read the data
     options = ['--data-dir', str(data), '--val-split', 'test', '--epochs', '1', '--warmup-epochs', '0', '-b', '4',
                '--workers', '0', '--device', 'cpu', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
                'patch_size=8']
     done = subprocess.run([sys.executable, '-m', 'timm_structinit.cli', 'compare', '--out', str(tmp_path / 'cmp'),
                            *options, '--inits', 'plain', '--time-limit', '0.001'], capture_output=True, text=True,
                           env=ENV, timeout=300)
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 2 and 'so no run would fit' in done.stderr, done.stderr
     assert "timm-structinit compare: warning: --train-split 'train': 1 .gif file under" in done.stderr, done.stderr
     done = subprocess.run([sys.executable, '-m', 'timm_structinit.train', '--model', 'vit_tiny_patch2_32_gap_sincos',
                            *options, '--output', str(tmp_path / 'run')], capture_output=True, text=True, env=ENV,
