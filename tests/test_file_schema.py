@@ -18,7 +18,7 @@ import torch
 from timm_structinit import cli
 from timm_structinit.compare.runner import read_summary
 from timm_structinit.errors import ConfigError
-from train_command import TINY, one_line, run_main
+from train_command import RUN, TINY, one_line, run_main
 
 # hostile values as a file holds them (JSON text), and what Python's own json reads them as
 HOSTILE = ['NaN', 'Infinity', '-Infinity', '1e308', '-5', '9' * 400, 'true', '"50"', 'null', '0', '50', '100.5']
@@ -243,11 +243,6 @@ def test_a_summary_with_a_column_a_row_did_not_write_is_read():
         path.write_text('epoch,train_loss,eval_top1,eval_target_mass\n0,2.0,50,0.5\n1,1.5,60\n')
         assert read_summary(path) == [dict(epoch=0.0, train_loss=2.0, eval_top1=50.0, eval_target_mass=0.5),
                                       dict(epoch=1.0, train_loss=1.5, eval_top1=60.0)]
-
-
-RUN = [*TINY, '--dataset', 'sklearn/digits', '--val-split', 'test', '--train-subset', '32', '--val-subset', '20',
-       '--opt', 'sgd', '--lr', '0.01', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '16',
-       '--log-interval', '1000', '--epochs', '2']
 
 
 @pytest.fixture(scope='module')

@@ -11,13 +11,7 @@ import yaml
 
 from timm_structinit import train as train_mod
 from timm_structinit.train import training_run
-from train_command import one_line, run_main
-
-TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', 'embed_dim=16', 'depth=1', 'num_heads=2',
-        'patch_size=8']
-RUN = [*TINY, '--dataset', 'sklearn/digits', '--val-split', 'test', '--train-subset', '32', '--val-subset', '20',
-       '--opt', 'sgd', '--lr', '0.01', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '16',
-       '--log-interval', '1000', '--epochs', '2']
+from train_command import RUN, one_line, run_main
 
 
 @pytest.fixture(scope='module')

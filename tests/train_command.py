@@ -18,6 +18,10 @@ TINY = ['--model', 'vit_tiny_patch2_32_mimetic', '--model-kwargs', *TINY_KWARGS]
 FAST = ['--opt', 'adamw', '--lr', '1e-3', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '8',
         '--log-interval', '1000']
 ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')  # for the command in a child process
+# a run of two epochs on 32 of the bundled digits (evaluated on 20), for the tests that stop, damage and resume it
+RUN = [*TINY, '--dataset', 'sklearn/digits', '--val-split', 'test', '--train-subset', '32', '--val-subset', '20',
+       '--opt', 'sgd', '--lr', '0.01', '--warmup-epochs', '0', '--workers', '0', '--batch-size', '16',
+       '--log-interval', '1000', '--epochs', '2']
 
 
 def two_class_folder(root: Path, per_class: int, size: int, fmt: str = 'png') -> Path:
