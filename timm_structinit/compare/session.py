@@ -76,10 +76,15 @@ def _header(settings: Dict[str, Any], results: List[dict]) -> List[str]:
             *[f'- device: {d}' for d in devices]]
 
 
-def _write(out: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
-    """ The answer from every finished run in `out`; a stop while it is written says how to finish it (its files may
-    then be missing, or from before). """
-    results = [r for r in read_results(out / 'runs', folder_name) if r['arm'] in settings['arms']]
+def _finished(out: Path, settings: Dict[str, Any]) -> List[dict]:
+    """ The results of the runs finished in `out` of the arms its settings name. """
+    return [r for r in read_results(out / 'runs', folder_name) if r['arm'] in settings['arms']]
+
+
+def _write(out: Path, settings: Dict[str, Any], results: Optional[List[dict]] = None) -> Dict[str, Any]:
+    """ The answer from every finished run in `out` (`results`, when the caller has read them); a stop while it is
+    written says how to finish it (its files may then be missing, or from before). """
+    results = _finished(out, settings) if results is None else results
     try:
         return write_report(out, settings, settings['arms'], settings['reference'], results,
                             _header(settings, results))
@@ -89,10 +94,9 @@ def _write(out: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
         raise
 
 
-def partial(out: Path, settings: Dict[str, Any]) -> List[str]:
-    """ What a folder's comparison lacks, in words: each arm without a finished run, each arm with fewer finished
-    seeds than another, each run begun and not finished; [] when it is whole. """
-    results = [r for r in read_results(out / 'runs', folder_name) if r['arm'] in settings['arms']]
+def partial(out: Path, settings: Dict[str, Any], results: List[dict]) -> List[str]:
+    """ What a folder's comparison lacks, in words, given its finished runs' `results`: each arm without a finished
+    run, each arm with fewer finished seeds than another, each run begun and not finished; [] when it is whole. """
     seeds = {arm: sorted(r['seed'] for r in results if r['arm'] == arm) for arm in settings['arms']}
     most = max(len(s) for s in seeds.values())
     lacking = [f'no finished run of {", ".join(a for a, s in seeds.items() if not s)}'] \
@@ -127,8 +131,9 @@ def report_only(out: Path) -> int:
     if settings is None:
         raise ConfigError(f'--report: {out} holds no comparison ({out / SETTINGS_FILE} is missing); train one there '
                           f'first')
-    _print_answer(out, _write(out, settings))
-    lacking = partial(out, settings)
+    results = _finished(out, settings)
+    _print_answer(out, _write(out, settings, results))
+    lacking = partial(out, settings, results)
     if lacking:
         print(f'{PROG}: the comparison in {out} is partial ({"; ".join(lacking)}): the answer compares the runs '
               f'finished so far; the compare command that made it trains the rest (exit status {UNFINISHED})',
